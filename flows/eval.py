@@ -1,0 +1,261 @@
+"""The `eval` flow: checkpoint -> vLLM server -> batched rollouts -> DuckDB analysis -> reports.
+
+Run it as `python -m flows.eval --config configs/demo.yaml [key.path=value ...]`, or through a
+Prefect deployment. Everything that can be checked cheaply (config, store, datasets) is checked
+before the model is converted or a server is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import flow
+from prefect.context import FlowRunContext
+
+from envs.base import SingleTurnEnv
+from envs.datasets import load_rows
+from envs.registry import get_env
+from flows.config import EvalConfig
+from tasks import store
+from tasks.analysis import compute_metrics
+from tasks.checkpoints.prepare import PreparedModel, prepare_model
+from tasks.logs import get_logger
+from tasks.progress import Progress
+from tasks.reports import format_terminal_summary, publish_artifacts, write_report
+from tasks.rollouts import Batch, BatchResult, CollectContext, collect_batch, plan_batches
+from tasks.runtime import ensure_runtime
+from tasks.server import Endpoint, VLLMServer
+
+
+@dataclass
+class Benchmark:
+    name: str
+    env: SingleTurnEnv
+    rows: list[dict[str, Any]]
+    repeats: int
+
+
+class Stages:
+    """Wall time per stage, for the report and the closing log line."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.monotonic()
+        get_logger().info("stage %s: started", name)
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.monotonic() - started, 3)
+            get_logger().info("stage %s: %.1f s", name, self.seconds[name])
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def load_benchmarks(config: EvalConfig) -> list[Benchmark]:
+    """Build every environment and load and validate every dataset row up front."""
+    benchmarks = []
+    for bench in config.benchmarks:
+        env = get_env(bench.name, **bench.options)
+        source = bench.dataset or str(env.default_dataset_path())
+        rows = load_rows(source, env, storage_options=config.store.storage_options or None, limit=bench.limit)
+        get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.name, len(rows), bench.repeats, source)
+        benchmarks.append(Benchmark(bench.name, env, rows, bench.repeats))
+    return benchmarks
+
+
+def _stop_servers(*_: Any) -> None:
+    """Crash and cancellation hooks: whatever happened, no server outlives the flow run."""
+    VLLMServer.stop_all()
+
+
+async def collect_all(ctx: CollectContext, work: list[tuple[SingleTurnEnv, Batch]]) -> list[BatchResult]:
+    """Run batch tasks a few at a time; requests share one semaphore, so batches overlap their tails."""
+    progress = Progress(sum(batch.size for _, batch in work))
+    await progress.start()
+    window = asyncio.Semaphore(ctx.collection.batches_in_flight)
+
+    async def one(env: SingleTurnEnv, batch: Batch) -> BatchResult:
+        async with window:
+            result = await collect_batch(ctx, env, batch)
+        await progress.advance(result.rollouts, result.completion_tokens)
+        return result
+
+    outcomes = await asyncio.gather(*(one(env, batch) for env, batch in work), return_exceptions=True)
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {len(work)} batches failed; first: {failures[0]!r}") from failures[0]
+    return [o for o in outcomes if isinstance(o, BatchResult)]
+
+
+@flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers], log_prints=True)
+async def eval_flow(config: EvalConfig) -> dict[str, Any]:
+    """Evaluate one model on the configured benchmarks and write the report."""
+    logger = get_logger()
+    stages = Stages()
+    run_id = new_run_id()
+    run_dir = store.join(config.store.url, "runs", run_id)
+    opts = config.store.storage_options
+    started_at = datetime.now(UTC)
+    flow_ctx = FlowRunContext.get()
+    logger.info("run %s -> %s", run_id, run_dir)
+
+    with stages("validate"):
+        store.check_writable(config.store.url, opts)
+        benchmarks = load_benchmarks(config)
+
+    with stages("prepare_model"):
+        if config.server.mode == "managed":
+            model = prepare_model(config.model, config.server.runtime)
+            if model.kind != "hub" and not Path(model.path).exists():  # cached result, folder since deleted
+                model = prepare_model.with_options(refresh_cache=True)(config.model, config.server.runtime)
+        else:
+            name = config.model.served_name or config.model.source
+            model = PreparedModel(name, name, f"external:{name}", config.model.source, "external")
+
+    work = [
+        (b.env, batch)
+        for b in benchmarks
+        for batch in plan_batches(
+            b.name, b.env, b.rows, b.repeats, config.collection.batch_size, model.fingerprint, config.sampling
+        )
+    ]
+    local_logs = Path(run_dir) / "logs" if store.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
+    server: VLLMServer | None = None
+    server_info: dict[str, Any] = {}
+    try:
+        with stages("start_server"):
+            if config.server.mode == "managed":
+                runtime = ensure_runtime(config.server.runtime)
+                server = VLLMServer(runtime, model, config.server, local_logs / "vllm.log")
+                endpoint = server.start()
+                server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path)}
+            else:
+                assert config.server.base_url
+                endpoint = Endpoint(config.server.base_url, model.served_name, config.server.api_key.get_secret_value())
+        with stages("collect"):
+            ctx = CollectContext(
+                run_id=run_id,
+                run_dir=run_dir,
+                endpoint=endpoint,
+                model_fingerprint=model.fingerprint,
+                sampling=config.sampling,
+                collection=config.collection,
+                storage_options=opts,
+            )
+            results = await collect_all(ctx, work)
+    finally:
+        if server is not None:
+            with stages("stop_server"):
+                server.stop()
+        if not store.is_local(run_dir) and (local_logs / "vllm.log").exists():
+            store.write_bytes(store.join(run_dir, "logs", "vllm.log"), (local_logs / "vllm.log").read_bytes(), opts)
+
+    files = [r.url for r in results]
+    with stages("analyze"):
+        metrics = compute_metrics(files, opts)
+    with stages("report"):
+        run_info = {
+            "run_id": run_id,
+            "run_name": config.run_name,
+            "flow_run_id": str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
+            "model": model.served_name,
+            "model_source": model.source,
+            "model_fingerprint": model.fingerprint,
+            "started_at": started_at.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
+            "config": config.model_dump(mode="json"),  # SecretStr dumps as '**********'
+            "timings_s": stages.seconds,
+        }
+        urls = write_report(run_dir, metrics, run_info, files, opts)
+        publish_artifacts(urls, metrics, run_info)
+    summary = format_terminal_summary(metrics, urls)
+    logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)
+    return {
+        "run_id": run_id,
+        "run_dir": run_dir,
+        "reports": urls,
+        "timings_s": stages.seconds,
+        "metrics": metrics,
+        "server": server_info,
+    }
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def apply_override(data: dict[str, Any], dotted: str) -> None:
+    """Set `a.b.0.c=value` in a nested dict/list; the value is parsed as YAML (numbers, lists, ...)."""
+    if "=" not in dotted:
+        raise SystemExit(f"override {dotted!r} is not key.path=value")
+    key, raw = dotted.split("=", 1)
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise SystemExit(f"override {key!r}: {part!r} is not an index of a {len(node)}-element list")
+            index: Any = int(part)
+        else:
+            index = part
+        if last:
+            node[index] = yaml.safe_load(raw)
+        else:
+            if isinstance(node, dict) and index not in node:
+                node[index] = {}
+            node = node[index]
+
+
+def resolve_config(path: str | None, overrides: list[str]) -> EvalConfig:
+    data: dict[str, Any] = {}
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"{path}: the config must be a mapping")
+        data = loaded
+    else:
+        data = {}
+    data = json.loads(json.dumps(data))  # plain containers
+    if overrides and "benchmarks" not in data and any(o.startswith("benchmarks.") for o in overrides):
+        data["benchmarks"] = EvalConfig().model_dump(mode="json")["benchmarks"]
+    for override in overrides:
+        apply_override(data, override)
+    return EvalConfig.model_validate(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.eval", description=__doc__)
+    parser.add_argument("--config", help="YAML file with EvalConfig fields (default: all defaults)")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sampling.temperature=0.6")
+    args = parser.parse_args(argv)
+    try:
+        config = resolve_config(args.config, args.overrides)
+    except ValueError as exc:  # pydantic.ValidationError is a ValueError
+        print(f"invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    # A SIGTERM (e.g. `kill`, a cancelled deployment run) unwinds through `finally`: server stopped.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    asyncio.run(eval_flow(config))  # the flow logs the summary and the report paths
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

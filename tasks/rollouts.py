@@ -1,0 +1,221 @@
+"""Rollout collection: plan (prompt, repeat) pairs into batches, collect each batch concurrently
+with the openai async client, and persist each batch as one parquet file in the run store.
+
+The batch is the unit of work: one Prefect task, one file. Requests from all batches in flight
+share one semaphore, so the server stays busy while a batch drains its tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import openai
+import pyarrow.parquet as pq
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from envs.base import SingleTurnEnv, canonical_json
+from flows.config import CollectionConfig, SamplingConfig
+from tasks import store
+from tasks.records import to_table
+from tasks.server import Endpoint
+
+
+def rollout_seed(base_seed: int, prompt_id: str, repeat: int) -> int:
+    """Stable per-rollout seed: a rerun asks the server for the same samples, and repeats differ."""
+    digest = hashlib.sha256(f"{base_seed}:{prompt_id}:{repeat}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A slice of prompts x all their repeats: changing one row touches one batch."""
+
+    benchmark: str
+    index: int
+    key: str
+    rows: tuple[dict[str, Any], ...] = field(repr=False)
+    repeats: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.rows) * len(self.repeats)
+
+
+def batch_key(
+    env: SingleTurnEnv,
+    rows: list[dict[str, Any]],
+    repeats: list[int],
+    model_fingerprint: str,
+    sampling: SamplingConfig,
+) -> str:
+    """Content key: env (name, version, options, templates), rows, repeats, model, sampling. Never the run."""
+    payload = {
+        "env": env.fingerprint(),
+        "rows": hashlib.sha256(canonical_json(rows).encode()).hexdigest(),
+        "repeats": repeats,
+        "model": model_fingerprint,
+        "sampling": sampling.model_dump(mode="json"),
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def plan_batches(
+    benchmark: str,
+    env: SingleTurnEnv,
+    rows: list[dict[str, Any]],
+    repeats: int,
+    batch_size: int,
+    model_fingerprint: str,
+    sampling: SamplingConfig,
+) -> list[Batch]:
+    per_batch = max(1, batch_size // repeats)
+    reps = list(range(repeats))
+    batches = []
+    for index, start in enumerate(range(0, len(rows), per_batch)):
+        chunk = rows[start : start + per_batch]
+        key = batch_key(env, chunk, reps, model_fingerprint, sampling)
+        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps)))
+    return batches
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    url: str
+    rollouts: int
+    errors: int
+    completion_tokens: int
+    seconds: float
+
+
+@dataclass
+class CollectContext:
+    """What every batch of a run shares (not part of any cache key)."""
+
+    run_id: str
+    run_dir: str
+    endpoint: Endpoint
+    model_fingerprint: str
+    sampling: SamplingConfig
+    collection: CollectionConfig
+    storage_options: dict[str, Any]
+    semaphore: asyncio.Semaphore | None = None
+    _client: openai.AsyncOpenAI | None = None
+
+    def client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._client = openai.AsyncOpenAI(
+                base_url=self.endpoint.base_url,
+                api_key=self.endpoint.api_key,
+                timeout=self.collection.request_timeout_s,
+                max_retries=self.collection.max_request_retries,  # SDK backoff on connection errors, 408/429/5xx
+            )
+        return self._client
+
+    def limiter(self) -> asyncio.Semaphore:
+        if self.semaphore is None:
+            self.semaphore = asyncio.Semaphore(self.collection.concurrency)
+        return self.semaphore
+
+
+async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
+    """One request -> one scored record. Permanent request errors (4xx) are recorded, not raised."""
+    prompt_id = env.prompt_id(row)
+    seed = rollout_seed(ctx.sampling.seed, prompt_id, repeat)
+    messages = env.messages(row)
+    record: dict[str, Any] = {
+        "run_id": ctx.run_id,
+        "benchmark": batch.benchmark,
+        "env_version": env.version,
+        "batch_key": batch.key,
+        "prompt_id": prompt_id,
+        "repeat": repeat,
+        "seed": seed,
+        "model": ctx.endpoint.model,
+        "model_fingerprint": ctx.model_fingerprint,
+        "sampling": ctx.sampling.model_dump(mode="json"),
+        "messages": messages,
+        "reference": env.reference(row),
+        "turns": 1,
+        "tool_calls": 0,
+        "reward": 0.0,
+        "success": False,
+        "info": {},
+    }
+    async with ctx.limiter():
+        started = time.perf_counter()
+        try:
+            response = await ctx.client().chat.completions.create(
+                model=ctx.endpoint.model,
+                messages=messages,  # type: ignore[arg-type]
+                seed=seed,
+                stop=env.stop(),
+                **ctx.sampling.as_request(),
+            )
+        except (openai.BadRequestError, openai.UnprocessableEntityError, openai.NotFoundError) as exc:
+            record.update(error=f"{type(exc).__name__}: {exc}"[:2000], latency_s=time.perf_counter() - started)
+            return record
+        latency = time.perf_counter() - started
+    choice = response.choices[0]
+    completion = choice.message.content or ""
+    score = env.score(row, completion)
+    usage = response.usage
+    record.update(
+        completion=completion,
+        transcript=[*messages, {"role": "assistant", "content": completion}],
+        finish_reason=choice.finish_reason,
+        prompt_tokens=usage.prompt_tokens if usage else None,
+        completion_tokens=usage.completion_tokens if usage else None,
+        latency_s=latency,
+        reward=score.reward,
+        success=score.success,
+        parsed_answer=score.parsed_answer,
+        info=score.info,
+    )
+    return record
+
+
+def batch_url(run_dir: str, batch: Batch) -> str:
+    return store.join(run_dir, "rollouts", batch.benchmark, f"{batch.index:05d}-{batch.key[:16]}.parquet")
+
+
+def write_batch(url: str, records: list[dict[str, Any]], storage_options: dict[str, Any]) -> None:
+    now = datetime.now(UTC)
+    for record in records:
+        record["created_at"] = now
+    buffer = io.BytesIO()
+    pq.write_table(to_table(records), buffer, compression="zstd")
+    store.write_bytes(url, buffer.getvalue(), storage_options)  # atomic: never a half-written batch
+
+
+async def collect_batch_impl(ctx: CollectContext, env: SingleTurnEnv, batch: Batch) -> BatchResult:
+    started = time.perf_counter()
+    records = await asyncio.gather(*(rollout(ctx, env, batch, row, r) for row in batch.rows for r in batch.repeats))
+    records.sort(key=lambda rec: (rec["prompt_id"], rec["repeat"]))
+    url = batch_url(ctx.run_dir, batch)
+    write_batch(url, records, ctx.storage_options)
+    return BatchResult(
+        url=url,
+        rollouts=len(records),
+        errors=sum(rec.get("error") is not None for rec in records),
+        completion_tokens=sum(rec.get("completion_tokens") or 0 for rec in records),
+        seconds=time.perf_counter() - started,
+    )
+
+
+@task(
+    name="collect-batch",
+    task_run_name="{batch.benchmark}-batch-{batch.index}",
+    retries=2,
+    retry_delay_seconds=5,
+    cache_policy=NO_CACHE,
+)
+async def collect_batch(ctx: CollectContext, env: SingleTurnEnv, batch: Batch) -> BatchResult:
+    """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole."""
+    return await collect_batch_impl(ctx, env, batch)

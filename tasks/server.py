@@ -1,0 +1,197 @@
+"""The vLLM OpenAI-compatible server: start it, know when it is ready, and always stop it.
+
+The server runs in its own process group under `tasks/reaper.py`, with its output in a log file
+(a child holding the flow's stdout would keep a killed flow run RUNNING). It is stopped by the
+flow's `finally`, by the flow's crash/cancellation hooks, at interpreter exit, and, if the
+orchestrator dies outright, by the reaper noticing that its parent is gone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from flows.config import ServerConfig
+from tasks.checkpoints.prepare import PreparedModel
+from tasks.logs import get_logger
+from tasks.runtime import Runtime
+
+REAPER = Path(__file__).with_name("reaper.py")
+STOP_GRACE_S = 15.0
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not become ready in time; the message ends with its log tail."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str  # ends in /v1
+    model: str
+    api_key: str = "EMPTY"
+    managed: bool = False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        with path.open("r", errors="replace") as fh:
+            return "".join(deque(fh, maxlen=lines))
+    except OSError:
+        return "(no server log)"
+
+
+class VLLMServer:
+    """One managed vLLM server process (group)."""
+
+    _live: set[VLLMServer] = set()  # noqa: RUF012 - registry for the crash/exit hooks
+
+    def __init__(self, runtime: Runtime, model: PreparedModel, cfg: ServerConfig, log_path: Path) -> None:
+        self.runtime = runtime
+        self.model = model
+        self.cfg = cfg
+        self.log_path = log_path
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        cmd = [
+            str(self.runtime.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model.path,
+            "--served-model-name", self.model.served_name,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--max-model-len", str(self.cfg.max_model_len),
+            "--seed", "0",
+        ]  # fmt: skip
+        if self.runtime.flavor == "gpu":
+            cmd += [
+                "--gpu-memory-utilization", str(self.cfg.gpu_memory_utilization),
+                "--tensor-parallel-size", str(self.cfg.tensor_parallel_size),
+            ]  # fmt: skip
+        return cmd + list(self.cfg.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = self.runtime.env()
+        if self.runtime.flavor == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cfg.cpu_kv_cache_gib))
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("DO_NOT_TRACK", "1")
+        env.setdefault("HF_HUB_OFFLINE", "1" if self.model.kind != "hub" else env.get("HF_HUB_OFFLINE", "0"))
+        return env
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> Endpoint:
+        """Start the server and block until it serves the model, or raise ServerStartError."""
+        logger = get_logger()
+        self.port = free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(REAPER), str(os.getpid()), "--", *self.command()]
+        with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(self.command())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                start_new_session=True,
+            )
+        VLLMServer._live.add(self)
+        logger.info(
+            "starting vLLM (%s) for %s on port %d, pid %d; log %s",
+            self.runtime.flavor, self.model.served_name, self.port, self.proc.pid, self.log_path,
+        )  # fmt: skip
+        try:
+            self.wait_ready(self.cfg.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return Endpoint(self.base_url, self.model.served_name, managed=True)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        logger = get_logger()
+        started = time.monotonic()
+        deadline = started + timeout_s
+        next_note = started + 30
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                code = self.proc.poll() if self.proc else -1
+                if code is not None:
+                    raise ServerStartError(
+                        f"vLLM exited with code {code} during start-up; last lines of {self.log_path}:\n"
+                        f"{log_tail(self.log_path)}"
+                    )
+                try:
+                    health = client.get(f"http://127.0.0.1:{self.port}/health")
+                    if health.status_code == 200:
+                        models = client.get(f"{self.base_url}/models").json()
+                        if any(m.get("id") == self.model.served_name for m in models.get("data", [])):
+                            logger.info("vLLM ready in %.0f s at %s", time.monotonic() - started, self.base_url)
+                            return
+                except (httpx.HTTPError, ValueError):
+                    pass
+                now = time.monotonic()
+                if now > deadline:
+                    raise ServerStartError(
+                        f"vLLM not ready after {timeout_s:.0f} s (server.startup_timeout_s); last lines of "
+                        f"{self.log_path}:\n{log_tail(self.log_path)}"
+                    )
+                if now > next_note:
+                    logger.info("waiting for vLLM to load the model (%.0f s so far)", now - started)
+                    next_note = now + 30
+                time.sleep(1.0)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period. Idempotent."""
+        VLLMServer._live.discard(self)
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            proc.wait()
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        get_logger().info("vLLM server (pid %d) stopped", proc.pid)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        for server in list(cls._live):
+            server.stop()
+
+
+atexit.register(VLLMServer.stop_all)

@@ -1,0 +1,57 @@
+"""Session-wide fixtures: an isolated Prefect home and API, and one real vLLM server (CPU, SmolLM2)
+shared by every end-to-end test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flows.config import ModelConfig, ServerConfig
+from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
+from tasks.runtime import ensure_runtime
+from tasks.server import Endpoint, VLLMServer
+
+
+@pytest.fixture(scope="session")
+def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A throwaway Prefect API (ephemeral, temporary database) and result store for the session."""
+    from prefect.settings import PREFECT_HOME, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    updates = {PREFECT_HOME: str(home), PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(home / "results")}
+    with temporary_settings(updates=updates), prefect_test_harness():
+        yield home
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> PreparedModel:
+    """The default model converted to an HF folder (cached across sessions by content)."""
+    return prepare_model_impl(ModelConfig(), "auto")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smollm2: PreparedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    runtime = ensure_runtime("auto")
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = VLLMServer(runtime, smollm2, ServerConfig(), log)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def endpoint(vllm_server: VLLMServer) -> Endpoint:
+    return Endpoint(vllm_server.base_url, vllm_server.model.served_name, managed=False)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group (the server runs in its own) is still there."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

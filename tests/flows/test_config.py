@@ -1,0 +1,69 @@
+"""EvalConfig validation and the command line's dotted overrides."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from flows.config import EvalConfig
+from flows.eval import resolve_config
+
+
+def test_defaults_are_the_cpu_demo() -> None:
+    cfg = EvalConfig()
+    assert cfg.model.source == "smollm2-135m-instruct"
+    assert cfg.server.mode == "managed"
+    assert [b.name for b in cfg.benchmarks] == ["gsm8k"]
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"benchmarks": [{"name": "gsm9k"}]}, "benchmarks.0.name", "unknown benchmark 'gsm9k'"),
+        (
+            {"benchmarks": [{"name": "gsm8k", "repeats": -1}]},
+            "benchmarks.0.repeats",
+            "greater than or equal to 1",
+        ),
+        ({"benchmarks": []}, "benchmarks", "at least 1"),
+        ({"store": {"url": "s4://bucket/x"}}, "store.url", "unknown protocol 's4'"),
+        ({"server": {"mode": "external"}}, "server", "server.base_url is required"),
+        ({"server": {"mode": "external", "base_url": "localhost:8000"}}, "server", "not an http(s) URL"),
+        ({"sampling": {"temperature": -0.1}}, "sampling.temperature", "greater than or equal to 0"),
+        ({"sampling": {"temprature": 0.5}}, "sampling.temprature", "Extra inputs are not permitted"),
+        (
+            {"benchmarks": [{"name": "gsm8k"}, {"name": "gsm8k"}]},
+            "benchmarks",
+            "each benchmark may appear once",
+        ),
+    ],
+)
+def test_bad_config_names_the_field(data: dict, field: str, words: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        EvalConfig.model_validate(data)
+    text = str(info.value)
+    assert field in text
+    assert words in text
+
+
+def test_secret_api_key_is_not_dumped() -> None:
+    cfg = EvalConfig.model_validate(
+        {"server": {"mode": "external", "base_url": "http://127.0.0.1:1/v1", "api_key": "sk-very-secret"}}
+    )
+    assert "sk-very-secret" not in cfg.model_dump_json()
+    assert "sk-very-secret" not in repr(cfg)
+    assert cfg.server.api_key.get_secret_value() == "sk-very-secret"
+
+
+def test_dotted_overrides(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("benchmarks:\n  - name: gsm8k\n    repeats: 2\nsampling:\n  temperature: 0.7\n")
+    cfg = resolve_config(str(path), ["sampling.temperature=0.6", "benchmarks.0.repeats=8", "benchmarks.0.limit=5"])
+    assert cfg.sampling.temperature == 0.6
+    assert cfg.benchmarks[0].repeats == 8
+    assert cfg.benchmarks[0].limit == 5
+
+
+def test_override_of_missing_list_index_is_an_error(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="not an index"):
+        resolve_config(None, ["benchmarks.3.repeats=2"])
