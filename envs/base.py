@@ -1,0 +1,110 @@
+"""The environment protocol: what the rollout tasks need from a benchmark, and nothing Prefect-specific.
+
+`Env` holds what every environment shares (identity, dataset rows, cache fingerprint); `SingleTurnEnv`
+adds the one-request-one-completion interface. A multi-turn environment will be a sibling of
+`SingleTurnEnv` built on the same `Env` base, so dataset loading and cache keys work for both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing or malformed; the message names the file, 1-based line and problem."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one completion; `info` must be JSON-serialisable (it is stored in the rollout row)."""
+
+    reward: float
+    success: bool
+    parsed_answer: str | None
+    info: dict[str, Any]
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no whitespace, so equal content always hashes the same."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class Env(ABC):
+    """Identity, row access and fingerprint shared by all environments."""
+
+    name: ClassVar[str]
+    # Enters rollout cache keys: bump on any change to scoring or prompts.
+    version: ClassVar[str]
+    # Path of the shipped offline set, relative to the repo root.
+    default_dataset: ClassVar[str]
+
+    def __init__(self, **options: Any) -> None:
+        """Keep the options (as given in the run config) so they can enter the fingerprint."""
+        try:
+            canonical_json(options)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"env {self.name!r}: options must be JSON-serialisable: {e}") from e
+        self.options: dict[str, Any] = dict(options)
+
+    @classmethod
+    def default_dataset_path(cls) -> Path:
+        """Absolute path of the shipped dataset, independent of the working directory."""
+        return REPO_ROOT / cls.default_dataset
+
+    @abstractmethod
+    def validate_row(self, row: dict[str, Any], where: str) -> None:
+        """Raise DatasetError(f"{where}: ...") for a malformed row, so bad data fails before any GPU time."""
+
+    @abstractmethod
+    def prompt_id(self, row: dict[str, Any]) -> str:
+        """Stable id of the row's prompt (unique within a dataset)."""
+
+    @abstractmethod
+    def reference(self, row: dict[str, Any]) -> str:
+        """The reference answer as stored in the rollout record."""
+
+    @abstractmethod
+    def prompt_templates(self) -> dict[str, Any]:
+        """Everything besides the row that shapes the prompt (instructions, few-shot examples, ...).
+
+        JSON-serialisable; part of the fingerprint, so editing a template invalidates cached rollouts.
+        """
+
+    def _fingerprint_payload(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "options": self.options,
+            "templates": self.prompt_templates(),
+        }
+
+    def fingerprint(self) -> str:
+        """sha256 hex of (name, version, options, prompt templates); enters rollout cache keys."""
+        return hashlib.sha256(canonical_json(self._fingerprint_payload()).encode()).hexdigest()
+
+
+class SingleTurnEnv(Env):
+    """One chat request per rollout, scored from the completion text alone."""
+
+    @abstractmethod
+    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        """OpenAI chat messages for the row."""
+
+    @abstractmethod
+    def stop(self) -> list[str] | None:
+        """Stop sequences for the request (None: the chat template's end-of-turn is enough)."""
+
+    @abstractmethod
+    def score(self, row: dict[str, Any], completion: str) -> Score:
+        """Score a completion against the row's reference."""
+
+    def _fingerprint_payload(self) -> dict[str, Any]:
+        # Stop sequences change what the server returns, so they belong in the cache key too.
+        return {**super()._fingerprint_payload(), "stop": self.stop()}

@@ -1,0 +1,146 @@
+"""Answer extraction and equivalence, compatible with lm-evaluation-harness so numbers can be compared.
+
+GSM8K "strict-match" takes the number after `#### ` (first match, as lm-eval's regex filter does);
+"flexible-extract" takes the last number-like token. Both then strip `,`, `$` and one trailing `.`
+(lm-eval's `regexes_to_ignore`). MATH-style answers come from the last `\\boxed{...}`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+
+STRICT_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
+FLEXIBLE_RE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_THOUSANDS_RE = re.compile(r"[+-]?\$?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+# math_verify parses with sympy; long strings are where it gets slow, and extracted answers are short.
+MAX_VERIFY_CHARS = 200
+VERIFY_TIMEOUT_S = 5
+
+
+def normalize_number(text: str) -> str:
+    """lm-eval's cleanup of an extracted answer: drop `,` and `$`, then one trailing `.`."""
+    text = text.strip().replace(",", "").replace("$", "")
+    return text[:-1] if text.endswith(".") else text
+
+
+def strict_match(text: str) -> str | None:
+    """The number after the first `#### `, normalized; None if there is none."""
+    m = STRICT_RE.search(text)
+    if m is None:
+        return None
+    return normalize_number(m.group(1)) or None
+
+
+def flexible_extract(text: str) -> str | None:
+    """The last number-like token in the text, normalized; None if there is none."""
+    matches = FLEXIBLE_RE.findall(text)
+    if not matches:
+        return None
+    token = next(g for g in matches[-1] if g)
+    return normalize_number(token) or None
+
+
+def _balanced(text: str, start: int) -> str | None:
+    """Content of the brace group opening at text[start] == "{", or None if it never closes."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` / `\\fbox{...}` (nested braces kept) or `\\boxed 5`.
+
+    None if there is no box, the last one is empty, or its braces never close (a truncated completion).
+    """
+    start, command = max((text.rfind(c), c) for c in _BOX_COMMANDS)
+    if start < 0:
+        return None
+    after = start + len(command)
+    rest = after
+    while rest < len(text) and text[rest] in " \t":
+        rest += 1
+    if rest < len(text) and text[rest] == "{":
+        content = _balanced(text, rest)
+    elif rest > after:
+        # `\boxed 5`: the argument is the next token, ending at whitespace or a closing `$`.
+        m = re.match(r"[^\s$]+", text[rest:])
+        content = m.group(0).rstrip(".,;") if m else None
+    else:
+        return None
+    if content is None or not content.strip():
+        return None
+    return content.strip()
+
+
+def to_number(text: str) -> Decimal | None:
+    """Parse a plain number (`-1,234.50`, `$18`, `3.`); None for anything else (fractions, LaTeX, words)."""
+    s = text.strip()
+    if _THOUSANDS_RE.fullmatch(s):
+        s = s.replace(",", "")
+    s = s.replace("$", "", 1) if s.lstrip("+-").startswith("$") else s
+    if s.endswith("."):
+        s = s[:-1]
+    if not _NUMBER_RE.fullmatch(s):
+        return None
+    try:
+        return Decimal(s)
+    except InvalidOperation:
+        return None
+
+
+def answers_equal(pred: str | None, ref: str | None) -> bool:
+    """Whether a predicted answer equals the reference: exact or numeric first, math_verify as a fallback."""
+    if pred is None or ref is None:
+        return False
+    pred, ref = pred.strip(), ref.strip()
+    if not pred or not ref:
+        return False
+    if pred == ref:
+        return True
+    p, r = to_number(pred), to_number(ref)
+    if p is not None and r is not None:
+        return p == r
+    return _math_verify_equal(pred, ref)
+
+
+def _mv_parse(text: str, timeout: int | None) -> list:
+    from math_verify import parse
+
+    parsed = parse(text, parsing_timeout=timeout)
+    if not parsed and "\\" in text:
+        # Bare LaTeX (`\frac12`, `\sqrt{4}`, from a box) only parses inside math delimiters.
+        parsed = parse(f"${text}$", parsing_timeout=timeout)
+    return parsed
+
+
+@lru_cache(maxsize=65536)
+def _math_verify_equal(pred: str, ref: str) -> bool:
+    """Symbolic equivalence via math_verify; any error or timeout counts as not equal.
+
+    math_verify's timeout uses SIGALRM, which only works on the main thread; elsewhere it runs without
+    one, so the input length cap is what keeps it from stalling a rollout worker.
+    """
+    if len(pred) > MAX_VERIFY_CHARS or len(ref) > MAX_VERIFY_CHARS:
+        return False
+    timeout = VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    from math_verify import verify
+    from math_verify.errors import TimeoutException  # a BaseException, so `except Exception` misses it
+
+    try:
+        gold, target = _mv_parse(ref, timeout), _mv_parse(pred, timeout)
+        if not gold or not target:
+            return False
+        return bool(verify(gold, target, timeout_seconds=timeout))
+    except (Exception, TimeoutException):
+        return False

@@ -1,0 +1,24 @@
+"""Benchmark name -> environment class, so configs can name environments by string."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from envs.base import SingleTurnEnv
+from envs.gsm8k import GSM8KEnv
+
+ENVS: dict[str, type[SingleTurnEnv]] = {cls.name: cls for cls in (GSM8KEnv,)}
+
+
+def get_env(name: str, **options: Any) -> SingleTurnEnv:
+    """An environment instance configured with the config's env options; unknown names list the known ones."""
+    try:
+        cls = ENVS[name]
+    except KeyError:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(ENVS))}") from None
+    try:
+        inspect.signature(cls).bind(**options)
+    except TypeError as e:
+        raise ValueError(f"environment {name!r}: bad options {sorted(options)}: {e}") from None
+    return cls(**options)

@@ -1,0 +1,66 @@
+"""Fixtures for tests of tasks/: synthetic rollout batches and one Prefect test harness per session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.records import to_table
+
+
+def rollout(**overrides: Any) -> dict[str, Any]:
+    """A complete, successful rollout record; tests override only what they are about."""
+    row: dict[str, Any] = {
+        "run_id": "run-test",
+        "benchmark": "gsm8k",
+        "env_version": "1",
+        "batch_key": "batch-0",
+        "prompt_id": "p0",
+        "repeat": 0,
+        "seed": 1,
+        "model": "tiny",
+        "model_fingerprint": "fp0",
+        "sampling": {"temperature": 0.7},
+        "messages": [{"role": "user", "content": "1+1?"}],
+        "completion": "The answer is 2.\n#### 2",
+        "transcript": None,
+        "finish_reason": "stop",
+        "prompt_tokens": 10,
+        "completion_tokens": 20,
+        "turns": 1,
+        "tool_calls": 0,
+        "latency_s": 1.0,
+        "reward": 1.0,
+        "success": True,
+        "parsed_answer": "2",
+        "reference": "2",
+        "error": None,
+        "info": {},
+        "created_at": datetime(2025, 1, 1, tzinfo=UTC),
+    }
+    row.update(overrides)
+    return row
+
+
+@pytest.fixture
+def make_rollout() -> Callable[..., dict[str, Any]]:
+    return rollout
+
+
+@pytest.fixture
+def write_batch(tmp_path: Path) -> Callable[..., str]:
+    """Write rows as one parquet batch file under tmp_path and return its path."""
+    counter = iter(range(10_000))
+
+    def write(rows: list[dict[str, Any]], name: str | None = None) -> str:
+        path = tmp_path / "batches" / (name or f"batch-{next(counter)}.parquet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(to_table(rows), path)
+        return str(path)
+
+    return write

@@ -1,0 +1,317 @@
+"""compute_metrics against small hand-computed rollout sets."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import store
+from tasks.analysis import compute_metrics, ks_for, load_rollouts_frame, pass_at_k
+from tasks.records import to_table
+
+Rows = list[dict[str, Any]]
+
+
+def prompt_rows(make_rollout: Callable[..., dict], prompt_id: str, outcomes: list[bool], **kw: Any) -> Rows:
+    """One prompt's repeats with the given successes (reward 1/0)."""
+    return [
+        make_rollout(
+            prompt_id=prompt_id,
+            repeat=i,
+            success=ok,
+            reward=float(ok),
+            parsed_answer="2" if ok else "3",
+            **kw,
+        )
+        for i, ok in enumerate(outcomes)
+    ]
+
+
+def metrics_of(write_batch: Callable[..., str], rows: Rows) -> dict[str, Any]:
+    metrics = compute_metrics([write_batch(rows)])
+    json.dumps(metrics, allow_nan=False)  # always JSON-serialisable, no NaN
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# pass@k
+
+
+def test_pass_at_k_estimator() -> None:
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(4, 1, 4) == pytest.approx(1.0)
+    assert [pass_at_k(4, 0, k) for k in (1, 2, 4)] == [0.0, 0.0, 0.0]
+    assert [pass_at_k(4, 4, k) for k in (1, 2, 4)] == [1.0, 1.0, 1.0]
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2))
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 4)
+
+
+def test_ks_are_powers_of_two_plus_n() -> None:
+    assert ks_for(0) == []
+    assert ks_for(1) == [1]
+    assert ks_for(4) == [1, 2, 4]
+    assert ks_for(6) == [1, 2, 4, 6]
+    assert ks_for(16) == [1, 2, 4, 8, 16]
+
+
+def test_pass_at_k_over_prompts(make_rollout, write_batch) -> None:
+    rows = (
+        prompt_rows(make_rollout, "one", [False, True, False, False])
+        + prompt_rows(make_rollout, "none", [False] * 4)
+        + prompt_rows(make_rollout, "all", [True] * 4)
+    )
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["pass_at_k"] == pytest.approx({"1": 1.25 / 3, "2": 1.5 / 3, "4": 2.0 / 3})
+    assert bm["accuracy"] == pytest.approx(5 / 12)
+    assert bm["successes"] == 5
+    assert bm["n_prompts"] == 3 and bm["n_rollouts"] == 12
+    assert bm["repeats"] == {"min": 4, "max": 4}
+    per_prompt = {p["prompt_id"]: p for p in bm["per_prompt"]}
+    assert [p["prompt_id"] for p in bm["per_prompt"]] == ["all", "none", "one"]
+    assert per_prompt["one"] == {
+        "prompt_id": "one",
+        "n": 4,
+        "successes": 1,
+        "success_rate": 0.25,
+        "mean_reward": 0.25,
+        "reference": "2",
+        "top_answer": "3",
+    }
+
+
+def test_prompts_with_fewer_repeats_than_k_are_excluded(make_rollout, write_batch) -> None:
+    rows = prompt_rows(make_rollout, "four", [True, False, False, False]) + prompt_rows(
+        make_rollout, "two", [True, True]
+    )
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["repeats"] == {"min": 2, "max": 4}
+    assert bm["pass_at_k"] == pytest.approx({"1": (0.25 + 1) / 2, "2": (0.5 + 1) / 2, "4": 1.0})
+    # maj@2: "four" ties 2/3 and keeps "2", the first seen; maj@4 sees only "four" ("3" x3: wrong).
+    assert bm["maj_at_k"] == pytest.approx({"1": 1.0, "2": 1.0, "4": 0.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# maj@k
+
+
+def test_maj_at_k_votes_ties_and_null_answers(make_rollout, write_batch) -> None:
+    def answers(prompt_id: str, reference: str, parsed: list[str | None]) -> Rows:
+        return [
+            make_rollout(
+                prompt_id=prompt_id,
+                repeat=i,
+                parsed_answer=a,
+                reference=reference,
+                success=a == reference,
+                reward=float(a == reference),
+            )
+            for i, a in enumerate(parsed)
+        ]
+
+    rows = (
+        answers("p1", "A", ["B", "A", "A", "B"])  # ties at k=2 and k=4 go to B (first seen): wrong
+        + answers("p2", "A", ["A", "B", "B", "A"])  # ties go to A: right
+        + answers("p3", "7", [None, "3", "7", "7"])  # null doesn't vote: k=1 no answer, k=2 "3", k=4 "7"
+    )
+    bm = metrics_of(write_batch, list(reversed(rows)))["benchmarks"]["gsm8k"]  # file order must not matter
+    assert bm["maj_at_k"] == pytest.approx({"1": 1 / 3, "2": 1 / 3, "4": 2 / 3})
+    assert {p["prompt_id"]: p["top_answer"] for p in bm["per_prompt"]} == {"p1": "B", "p2": "A", "p3": "7"}
+
+
+def test_maj_at_k_accepts_answers_the_env_judged_equivalent(make_rollout, write_batch) -> None:
+    rows = [make_rollout(prompt_id="q", repeat=i, parsed_answer="0.5", reference="1/2", success=True) for i in range(2)]
+    rows.append(make_rollout(prompt_id="q", repeat=2, parsed_answer=" 1/2 ", reference="1/2", success=False))
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["maj_at_k"] == pytest.approx({"1": 1.0, "2": 1.0, "3": 1.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewards, rates, counts
+
+
+def test_reward_stats_treat_errors_as_zero(make_rollout, write_batch) -> None:
+    rewards = [1.0, 0.0, 0.5, 2.0]
+    rows = [make_rollout(prompt_id="p", repeat=i, reward=r) for i, r in enumerate(rewards)]
+    rows.append(make_rollout(prompt_id="p", repeat=4, reward=5.0, success=True, error="boom"))
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    effective = [*rewards, 0.0]
+    mean = sum(effective) / 5
+    std = math.sqrt(sum((x - mean) ** 2 for x in effective) / 5)
+    assert bm["reward"] == pytest.approx(
+        {"min": 0.0, "max": 2.0, "mean": mean, "median": 0.5, "std": std, "mode": 0.0, "mode_share": 0.4}
+    )
+    assert bm["mean_reward"] == pytest.approx(mean)
+    assert bm["accuracy"] == pytest.approx(0.8)  # the errored rollout's success=True does not count
+
+
+def test_reward_mode_rounds_float_sums(make_rollout, write_batch) -> None:
+    nine_steps = sum([-0.1] * 9)  # -0.8999999999999999
+    rows = [make_rollout(prompt_id=f"g{i}", reward=r) for i, r in enumerate([nine_steps, -0.9, -0.3, 19.2])]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["reward"]["mode"] == pytest.approx(-0.9)
+    assert bm["reward"]["mode_share"] == pytest.approx(0.5)
+
+
+def test_parse_errors_errors_and_finish_reasons(make_rollout, write_batch) -> None:
+    rows = [
+        make_rollout(prompt_id="a", finish_reason="stop"),
+        make_rollout(prompt_id="b", finish_reason="stop"),
+        make_rollout(prompt_id="c", finish_reason="length", parsed_answer=None, success=False, reward=0.0),
+        make_rollout(
+            prompt_id="d",
+            finish_reason=None,
+            completion=None,
+            parsed_answer=None,
+            success=False,
+            reward=0.0,
+            error="ReadTimeout: the server took longer than 30 s\ntraceback...",
+        ),
+        make_rollout(prompt_id="e", finish_reason="stop", parsed_answer=None, error="ReadTimeout: again"),
+        make_rollout(prompt_id="f", finish_reason="stop", error="server returned 500"),
+    ]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["parse_error_rate"] == pytest.approx(1 / 6)  # only "c": errors are not parse errors
+    assert bm["error_count"] == 3
+    assert bm["error_rate"] == pytest.approx(0.5)
+    assert bm["errors"] == {"ReadTimeout": 2, "server returned 500": 1}
+    assert bm["finish_reasons"] == {"stop": 4, "length": 1, "none": 1}
+    assert bm["accuracy"] == pytest.approx(2 / 6)
+
+
+def test_info_rates_average_boolean_keys(make_rollout, write_batch) -> None:
+    rows = [
+        make_rollout(prompt_id="a", info={"strict_correct": True, "flexible_correct": True, "extracted": "2"}),
+        make_rollout(prompt_id="b", info={"strict_correct": False, "flexible_correct": True, "n": 3}),
+        make_rollout(prompt_id="c", info={"strict_correct": False, "flexible_correct": False, "a/b~": True}),
+        make_rollout(prompt_id="d", info={"strict_correct": True}, error="boom"),  # errors count as false
+    ]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["info_rates"] == pytest.approx({"a/b~": 0.5, "flexible_correct": 0.5, "strict_correct": 0.25})
+
+
+def test_tokens_latency_and_tool_calls(make_rollout, write_batch) -> None:
+    rows = [
+        make_rollout(
+            prompt_id=f"p{i}",
+            prompt_tokens=10 * (i + 1),
+            completion_tokens=100 * (i + 1),
+            latency_s=float(i + 1),
+            tool_calls=i,
+            reward=float(10 - i),
+        )
+        for i in range(10)
+    ]
+    rows.append(make_rollout(prompt_id="err", prompt_tokens=None, completion_tokens=None, latency_s=None, error="x"))
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["tokens"] == pytest.approx(
+        {"prompt_mean": 55.0, "prompt_total": 550, "completion_mean": 550.0, "completion_total": 5500}
+    )
+    assert bm["latency_s"] == pytest.approx({"p50": 5.5, "p90": 9.1, "p99": 9.91, "mean": 5.5, "max": 10.0})
+    tools = bm["tool_calls"]
+    assert (tools["min"], tools["max"], tools["total"]) == (0, 9, 45)
+    assert tools["mean"] == pytest.approx(45 / 11)
+    assert -1.0 < tools["reward_corr"] < 0.0
+    by_count = {r["tool_calls"]: r for r in bm["reward_by_tool_calls"]}
+    assert by_count[0]["n"] == 2 and by_count[0]["mean_reward"] == pytest.approx(5.0)
+    assert by_count[9]["mean_reward"] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes of runs
+
+
+def test_empty_file_list_and_zero_rows(write_batch) -> None:
+    expected = {"schema_version": 1, "total_rollouts": 0, "duplicate_rollouts": 0, "benchmarks": {}}
+    assert compute_metrics([]) == expected
+    assert compute_metrics([write_batch([])]) == expected
+
+
+def test_all_error_benchmark(make_rollout, write_batch) -> None:
+    rows = [
+        make_rollout(
+            prompt_id=f"p{i // 2}",
+            repeat=i % 2,
+            error="ConnectError: refused",
+            completion=None,
+            parsed_answer=None,
+            finish_reason=None,
+            prompt_tokens=None,
+            completion_tokens=None,
+            latency_s=None,
+        )
+        for i in range(4)
+    ]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["accuracy"] == 0.0 and bm["mean_reward"] == 0.0
+    assert bm["pass_at_k"] == {"1": 0.0, "2": 0.0}
+    assert bm["maj_at_k"] == {"1": 0.0, "2": 0.0}
+    assert bm["error_rate"] == 1.0 and bm["parse_error_rate"] == 0.0
+    assert bm["errors"] == {"ConnectError": 4}
+    assert bm["latency_s"] == {"p50": None, "p90": None, "p99": None, "mean": None, "max": None}
+    assert bm["tokens"]["prompt_total"] == 0 and bm["tokens"]["prompt_mean"] is None
+    assert bm["tool_calls"]["reward_corr"] is None
+
+
+def test_two_benchmarks_across_files(make_rollout, write_batch) -> None:
+    gsm = write_batch(prompt_rows(make_rollout, "g", [True, False]))
+    tetris_rows = [
+        make_rollout(benchmark="tetris", prompt_id=f"game-{i}", reward=-0.9, success=False, info={"cleared": False})
+        for i in range(3)
+    ]
+    tetris = write_batch(tetris_rows)
+    metrics = compute_metrics([gsm, tetris])
+    assert metrics["total_rollouts"] == 5
+    assert sorted(metrics["benchmarks"]) == ["gsm8k", "tetris"]
+    assert metrics["benchmarks"]["gsm8k"]["accuracy"] == 0.5
+    assert metrics["benchmarks"]["tetris"]["n_prompts"] == 3
+    assert metrics["benchmarks"]["tetris"]["info_rates"] == {"cleared": 0.0}
+    assert metrics["benchmarks"]["gsm8k"]["info_rates"] == {}
+
+
+def test_duplicate_rollouts_count_once(make_rollout, write_batch) -> None:
+    from datetime import UTC, datetime
+
+    old = prompt_rows(make_rollout, "p", [False, False])
+    new = prompt_rows(make_rollout, "p", [True, True], created_at=datetime(2025, 2, 1, tzinfo=UTC))
+    metrics = compute_metrics([write_batch(old), write_batch(new)])
+    assert metrics["total_rollouts"] == 2 and metrics["duplicate_rollouts"] == 2
+    assert metrics["benchmarks"]["gsm8k"]["accuracy"] == 1.0  # the newest copy wins
+
+
+def test_fsspec_urls_are_read_through_registered_filesystem(make_rollout) -> None:
+    """Non-local URLs (s3:// in production) go through fsspec; memory:// stands in without a network."""
+    buf = io.BytesIO()
+    pq.write_table(to_table(prompt_rows(make_rollout, "m", [True, False, False, False])), buf)
+    url = "memory://evalflow-test-analysis/run/batch-0.parquet"
+    store.write_bytes(url, buf.getvalue())
+    try:
+        metrics = compute_metrics([url])
+        frame = load_rollouts_frame([url], columns=["prompt_id", "repeat", "success"])
+    finally:
+        fsspec.filesystem("memory").rm("/evalflow-test-analysis", recursive=True)
+    assert metrics["benchmarks"]["gsm8k"]["pass_at_k"]["2"] == pytest.approx(0.5)
+    assert frame["success"].to_list() == [True, False, False, False]
+
+
+# ---------------------------------------------------------------------------------------------
+# load_rollouts_frame
+
+
+def test_load_rollouts_frame(make_rollout, write_batch) -> None:
+    rows = [make_rollout(prompt_id="b", repeat=1), make_rollout(prompt_id="a"), make_rollout(prompt_id="b")]
+    frame = load_rollouts_frame([write_batch(rows)], columns=["prompt_id", "repeat", "completion"])
+    assert frame.columns == ["prompt_id", "repeat", "completion"]
+    assert list(zip(frame["prompt_id"], frame["repeat"], strict=True)) == [("a", 0), ("b", 0), ("b", 1)]
+    assert load_rollouts_frame([write_batch(rows)]).width == 26
+    assert load_rollouts_frame([], columns=["reward"]).columns == ["reward"]
+    with pytest.raises(ValueError, match="unknown"):
+        load_rollouts_frame([], columns=["reward; DROP TABLE x"])
