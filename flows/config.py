@@ -52,6 +52,7 @@ class ServerConfig(_Strict):
     tensor_parallel_size: int = Field(1, ge=1)
     cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
     startup_timeout_s: float = Field(600.0, gt=0)
+    max_restarts: int = Field(2, ge=0, description="restarts of a server that dies mid-run")
     extra_args: list[str] = Field(default_factory=list, description="extra vllm serve arguments")
 
     @model_validator(mode="after")

@@ -30,14 +30,15 @@ from envs.datasets import load_rows
 from envs.registry import get_env
 from flows.config import EvalConfig
 from tasks import store
-from tasks.analysis import compute_metrics
+from tasks.analysis import analyze_task
+from tasks.cache import FileLockManager, lock_directory, lookup, result_storage
 from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.logs import get_logger
 from tasks.progress import Progress
-from tasks.reports import format_terminal_summary, publish_artifacts, write_report
-from tasks.rollouts import Batch, BatchResult, CollectContext, collect_batch, plan_batches
+from tasks.reports import format_terminal_summary, report_task
+from tasks.rollouts import Batch, BatchKeyPolicy, BatchResult, CollectContext, batch_url, collect_batch, plan_batches
 from tasks.runtime import ensure_runtime
-from tasks.server import Endpoint, VLLMServer
+from tasks.server import Endpoint, VLLMServer, Watchdog
 
 
 @dataclass
@@ -86,22 +87,61 @@ def _stop_servers(*_: Any) -> None:
     VLLMServer.stop_all()
 
 
-async def collect_all(ctx: CollectContext, work: list[tuple[SingleTurnEnv, Batch]]) -> list[BatchResult]:
-    """Run batch tasks a few at a time; requests share one semaphore, so batches overlap their tails."""
-    progress = Progress(sum(batch.size for _, batch in work))
+@dataclass
+class Planned:
+    env: SingleTurnEnv
+    batch: Batch
+    cached: BatchResult | None = None  # a finished batch of an earlier run (or attempt)
+    stale: bool = False  # Prefect has a record, but its parquet file is gone: collect again
+
+
+def plan(benchmarks: list[Benchmark], config: EvalConfig, model_fingerprint: str, storage: Any) -> list[Planned]:
+    """Every batch of the run, each looked up in the cache before any server is started."""
+    planned = []
+    for bench in benchmarks:
+        for batch in plan_batches(
+            bench.name, bench.env, bench.rows, bench.repeats, config.collection.batch_size, model_fingerprint,
+            config.sampling,
+        ):  # fmt: skip
+            hit = lookup(storage, BatchKeyPolicy.key_for(batch))
+            if isinstance(hit, BatchResult) and store.exists(hit.url, config.store.storage_options):
+                planned.append(Planned(bench.env, batch, cached=hit))
+            else:
+                planned.append(Planned(bench.env, batch, stale=hit is not None))
+    return planned
+
+
+async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> list[BatchResult]:
+    """Reuse cached batches; run the others a few at a time. Requests share one semaphore, so
+    batches overlap their tails. A failed batch does not stop the others: what finishes is kept."""
+    progress = Progress(sum(p.batch.size for p in work))
     await progress.start()
     window = asyncio.Semaphore(ctx.collection.batches_in_flight)
 
-    async def one(env: SingleTurnEnv, batch: Batch) -> BatchResult:
+    async def one(item: Planned) -> BatchResult:
+        target = batch_url(ctx.run_dir, item.batch)
+        if item.cached is not None:
+            if item.cached.url != target:  # every run folder holds all of its rollouts
+                store.copy(item.cached.url, target, ctx.storage_options)
+            await progress.advance(item.cached.rollouts, generated=False)
+            return BatchResult(target, item.cached.rollouts, item.cached.errors, item.cached.completion_tokens, 0.0)
         async with window:
-            result = await collect_batch(ctx, env, batch)
+            run = batch_task.with_options(refresh_cache=True) if item.stale else batch_task
+            result = await run(ctx, item.env, item.batch)
+        if result.url != target:  # a concurrent run collected it first (we waited on its lock)
+            store.copy(result.url, target, ctx.storage_options)
+            result = BatchResult(target, result.rollouts, result.errors, result.completion_tokens, result.seconds)
         await progress.advance(result.rollouts, result.completion_tokens)
         return result
 
-    outcomes = await asyncio.gather(*(one(env, batch) for env, batch in work), return_exceptions=True)
+    outcomes = await asyncio.gather(*(one(item) for item in work), return_exceptions=True)
     failures = [o for o in outcomes if isinstance(o, BaseException)]
     if failures:
-        raise RuntimeError(f"{len(failures)} of {len(work)} batches failed; first: {failures[0]!r}") from failures[0]
+        done = len(work) - len(failures)
+        raise RuntimeError(
+            f"{len(failures)} of {len(work)} batches failed ({done} finished and kept for a rerun); "
+            f"first error: {failures[0]!r}"
+        ) from failures[0]
     return [o for o in outcomes if isinstance(o, BatchResult)]
 
 
@@ -130,19 +170,31 @@ async def eval_flow(config: EvalConfig) -> dict[str, Any]:
             name = config.model.served_name or config.model.source
             model = PreparedModel(name, name, f"external:{name}", config.model.source, "external")
 
-    work = [
-        (b.env, batch)
-        for b in benchmarks
-        for batch in plan_batches(
-            b.name, b.env, b.rows, b.repeats, config.collection.batch_size, model.fingerprint, config.sampling
-        )
-    ]
+    storage = result_storage(config.store.url, opts)
+    batch_task = collect_batch.with_options(
+        result_storage=storage,
+        cache_policy=BatchKeyPolicy().configure(
+            lock_manager=FileLockManager(lock_directory(config.store.url)), isolation_level="SERIALIZABLE"
+        ),
+    )
+    with stages("plan"):
+        work = plan(benchmarks, config, model.fingerprint, storage)
+        missing = [p for p in work if p.cached is None]
+        logger.info(
+            "%d batches (%d rollouts): %d cached, %d to collect (%d rollouts)",
+            len(work), sum(p.batch.size for p in work), len(work) - len(missing), len(missing),
+            sum(p.batch.size for p in missing),
+        )  # fmt: skip
+
     local_logs = Path(run_dir) / "logs" if store.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
     server: VLLMServer | None = None
     server_info: dict[str, Any] = {}
     try:
         with stages("start_server"):
-            if config.server.mode == "managed":
+            if not missing:
+                logger.info("every batch is cached: no server needed")
+                endpoint = Endpoint("http://127.0.0.1:9/v1", model.served_name)  # never contacted
+            elif config.server.mode == "managed":
                 runtime = ensure_runtime(config.server.runtime)
                 server = VLLMServer(runtime, model, config.server, local_logs / "vllm.log")
                 endpoint = server.start()
@@ -160,7 +212,13 @@ async def eval_flow(config: EvalConfig) -> dict[str, Any]:
                 collection=config.collection,
                 storage_options=opts,
             )
-            results = await collect_all(ctx, work)
+            if server is not None:
+                async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:
+                    ctx.server_ready = watchdog.wait_ready
+                    results = await collect_all(ctx, work, batch_task)
+                server_info["restarts"] = watchdog.restarts
+            else:
+                results = await collect_all(ctx, work, batch_task)
     finally:
         if server is not None:
             with stages("stop_server"):
@@ -170,7 +228,7 @@ async def eval_flow(config: EvalConfig) -> dict[str, Any]:
 
     files = [r.url for r in results]
     with stages("analyze"):
-        metrics = compute_metrics(files, opts)
+        metrics = analyze_task(files, opts)
     with stages("report"):
         run_info = {
             "run_id": run_id,
@@ -182,10 +240,9 @@ async def eval_flow(config: EvalConfig) -> dict[str, Any]:
             "started_at": started_at.isoformat(),
             "finished_at": datetime.now(UTC).isoformat(),
             "config": config.model_dump(mode="json"),  # SecretStr dumps as '**********'
-            "timings_s": stages.seconds,
+            "timings": stages.seconds,
         }
-        urls = write_report(run_dir, metrics, run_info, files, opts)
-        publish_artifacts(urls, metrics, run_info)
+        urls = report_task(run_dir, metrics, run_info, files, opts)
     summary = format_terminal_summary(metrics, urls)
     logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)
     return {
@@ -194,6 +251,7 @@ async def eval_flow(config: EvalConfig) -> dict[str, Any]:
         "reports": urls,
         "timings_s": stages.seconds,
         "metrics": metrics,
+        "batches": {"total": len(work), "cached": len(work) - len(missing)},
         "server": server_info,
     }
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +20,8 @@ from typing import Any
 import openai
 import pyarrow.parquet as pq
 from prefect import task
-from prefect.cache_policies import NO_CACHE
+from prefect.cache_policies import CachePolicy
+from prefect.context import TaskRunContext
 
 from envs.base import SingleTurnEnv, canonical_json
 from flows.config import CollectionConfig, SamplingConfig
@@ -105,6 +108,9 @@ class CollectContext:
     sampling: SamplingConfig
     collection: CollectionConfig
     storage_options: dict[str, Any]
+    # awaited before retrying a failed request: the server watchdog blocks here while it restarts
+    # the server, and raises if it cannot
+    server_ready: Callable[[], Awaitable[None]] | None = None
     semaphore: asyncio.Semaphore | None = None
     _client: openai.AsyncOpenAI | None = None
 
@@ -114,7 +120,7 @@ class CollectContext:
                 base_url=self.endpoint.base_url,
                 api_key=self.endpoint.api_key,
                 timeout=self.collection.request_timeout_s,
-                max_retries=self.collection.max_request_retries,  # SDK backoff on connection errors, 408/429/5xx
+                max_retries=0,  # retries are ours (request_with_retries): they also wait for a server restart
             )
         return self._client
 
@@ -122,6 +128,25 @@ class CollectContext:
         if self.semaphore is None:
             self.semaphore = asyncio.Semaphore(self.collection.concurrency)
         return self.semaphore
+
+
+TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
+PERMANENT = (openai.BadRequestError, openai.UnprocessableEntityError, openai.NotFoundError)
+
+
+async def request_with_retries(ctx: CollectContext, **kwargs: Any) -> Any:
+    """Retry transient errors (connection reset, timeout, 429, 5xx) with jittered exponential backoff."""
+    attempt = 0
+    while True:
+        try:
+            return await ctx.client().chat.completions.create(**kwargs)
+        except TRANSIENT:
+            attempt += 1
+            if attempt > ctx.collection.max_request_retries:
+                raise
+            if ctx.server_ready is not None:
+                await ctx.server_ready()
+            await asyncio.sleep(min(20.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
 async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
@@ -151,20 +176,22 @@ async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: di
     async with ctx.limiter():
         started = time.perf_counter()
         try:
-            response = await ctx.client().chat.completions.create(
+            response = await request_with_retries(
+                ctx,
                 model=ctx.endpoint.model,
                 messages=messages,  # type: ignore[arg-type]
                 seed=seed,
                 stop=env.stop(),
                 **ctx.sampling.as_request(),
             )
-        except (openai.BadRequestError, openai.UnprocessableEntityError, openai.NotFoundError) as exc:
+        except PERMANENT as exc:  # e.g. a prompt longer than the context: recorded and counted, not retried
             record.update(error=f"{type(exc).__name__}: {exc}"[:2000], latency_s=time.perf_counter() - started)
             return record
         latency = time.perf_counter() - started
     choice = response.choices[0]
     completion = choice.message.content or ""
-    score = env.score(row, completion)
+    ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)
+    score = await ascore(row, completion) if ascore else env.score(row, completion)
     usage = response.usage
     record.update(
         completion=completion,
@@ -209,13 +236,29 @@ async def collect_batch_impl(ctx: CollectContext, env: SingleTurnEnv, batch: Bat
     )
 
 
+class BatchKeyPolicy(CachePolicy):
+    """Cache key = the batch's content key: a new run, a UI retry or a sweep point with the same
+    inputs hits it; any change of model, rows, sampling or prompt template misses."""
+
+    def compute_key(
+        self, task_ctx: TaskRunContext, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
+    ) -> str | None:
+        return self.key_for(inputs["batch"])
+
+    @staticmethod
+    def key_for(batch: Batch) -> str:
+        return f"batch-{batch.key}"
+
+
 @task(
     name="collect-batch",
     task_run_name="{batch.benchmark}-batch-{batch.index}",
     retries=2,
-    retry_delay_seconds=5,
-    cache_policy=NO_CACHE,
+    retry_delay_seconds=10,
+    persist_result=True,
+    cache_policy=BatchKeyPolicy(),
 )
 async def collect_batch(ctx: CollectContext, env: SingleTurnEnv, batch: Batch) -> BatchResult:
-    """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole."""
+    """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole; its
+    result (where the file is) is persisted, so a finished batch is never collected again."""
     return await collect_batch_impl(ctx, env, batch)

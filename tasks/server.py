@@ -8,6 +8,7 @@ orchestrator dies outright, by the reaper noticing that its parent is gone.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -33,6 +34,10 @@ STOP_GRACE_S = 15.0
 
 class ServerStartError(RuntimeError):
     """The server exited or did not become ready in time; the message ends with its log tail."""
+
+
+class ServerDiedError(RuntimeError):
+    """The server died mid-run and could not be restarted; the message ends with its log tail."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +106,10 @@ class VLLMServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> Endpoint:
+    def start(self, port: int | None = None) -> Endpoint:
         """Start the server and block until it serves the model, or raise ServerStartError."""
         logger = get_logger()
-        self.port = free_port()
+        self.port = port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, str(REAPER), str(os.getpid()), "--", *self.command()]
         with self.log_path.open("ab") as log:
@@ -186,7 +191,22 @@ class VLLMServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        # engine workers re-parented to init may take a moment to be reaped: return only when the
+        # whole group is gone, so "stopped" means no process of the server is left
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
         get_logger().info("vLLM server (pid %d) stopped", proc.pid)
+
+    def restart(self) -> Endpoint:
+        """Stop what is left and start again on the same port, so clients keep their base URL."""
+        port = self.port
+        self.stop(grace_s=5.0)
+        return self.start(port=port)
 
     @classmethod
     def stop_all(cls) -> None:
@@ -195,3 +215,83 @@ class VLLMServer:
 
 
 atexit.register(VLLMServer.stop_all)
+
+
+class Watchdog:
+    """Notices a dead or hung server within seconds and restarts it a bounded number of times.
+
+    Requests that fail meanwhile wait in `wait_ready` and are then retried; if the server cannot
+    be brought back, waiters get ServerDiedError (with the log tail) and the run fails, keeping
+    every batch already persisted.
+    """
+
+    def __init__(
+        self, server: VLLMServer, max_restarts: int = 2, interval_s: float = 2.0, unhealthy_after: int = 5
+    ) -> None:
+        self.server = server
+        self.max_restarts = max_restarts
+        self.interval_s = interval_s
+        self.unhealthy_after = unhealthy_after
+        self.restarts = 0
+        self.failed: ServerDiedError | None = None
+        self._ready = asyncio.Event()
+        self._ready.set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Watchdog:
+        self._task = asyncio.create_task(self._watch(), name="vllm-watchdog")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+        if self.failed is not None:
+            raise self.failed
+
+    async def _healthy(self, client: httpx.AsyncClient) -> bool:
+        try:
+            return (await client.get(f"http://127.0.0.1:{self.server.port}/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def _watch(self) -> None:
+        logger = get_logger()
+        misses = 0
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                if self.server.alive():
+                    misses = 0 if await self._healthy(client) else misses + 1
+                    if misses < self.unhealthy_after:
+                        continue
+                    reason = f"not answering /health for {misses} checks"
+                else:
+                    reason = "its process exited"
+                self._ready.clear()
+                tail = log_tail(self.server.log_path)
+                if self.restarts >= self.max_restarts:
+                    self.failed = ServerDiedError(
+                        f"vLLM died ({reason}) and was already restarted {self.restarts} time(s) "
+                        f"(server.max_restarts); last lines of {self.server.log_path}:\n{tail}"
+                    )
+                    logger.error(str(self.failed))
+                    self._ready.set()  # wake the waiters so they fail now
+                    return
+                self.restarts += 1
+                logger.warning(
+                    "vLLM died (%s); restarting it (%d/%d). Log tail:\n%s",
+                    *(reason, self.restarts, self.max_restarts, tail),
+                )
+                try:
+                    await asyncio.to_thread(self.server.restart)
+                except ServerStartError as exc:
+                    self.failed = ServerDiedError(f"vLLM died ({reason}) and could not be restarted: {exc}")
+                    self._ready.set()
+                    return
+                misses = 0
+                self._ready.set()

@@ -77,6 +77,16 @@ def read_text(url: str, storage_options: dict[str, Any] | None = None) -> str:
     return read_bytes(url, storage_options).decode("utf-8")
 
 
+def copy(src: str, dst: str, storage_options: dict[str, Any] | None = None) -> str:
+    """Copy a file within the store, atomically (batch files are small: read, then one write)."""
+    fs, src_path = filesystem(src, storage_options)
+    if not isinstance(fs, LocalFileSystem):
+        _, dst_path = filesystem(dst, storage_options)
+        fs.copy(src_path, dst_path)  # server-side copy: the object appears whole or not at all
+        return dst
+    return write_bytes(dst, fs.cat_file(src_path), storage_options)
+
+
 def exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:
     fs, path = filesystem(url, storage_options)
     return fs.exists(path)

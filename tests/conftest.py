@@ -14,6 +14,12 @@ from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime import ensure_runtime
 from tasks.server import Endpoint, VLLMServer
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Tests start several servers: eager mode starts in ~1 min instead of ~3 (no torch.compile warm-up)
+# at the cost of throughput, which tests do not measure (bench/ does, in the default mode).
+FAST_START = ["--enforce-eager"]
+
 
 @pytest.fixture(scope="session")
 def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -23,7 +29,7 @@ def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
     home = tmp_path_factory.mktemp("prefect-home")
     updates = {PREFECT_HOME: str(home), PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(home / "results")}
-    with temporary_settings(updates=updates), prefect_test_harness():
+    with temporary_settings(updates=updates), prefect_test_harness(server_startup_timeout=180):
         yield home
 
 
@@ -37,7 +43,7 @@ def smollm2() -> PreparedModel:
 def vllm_server(smollm2: PreparedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     runtime = ensure_runtime("auto")
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = VLLMServer(runtime, smollm2, ServerConfig(), log)
+    server = VLLMServer(runtime, smollm2, ServerConfig(extra_args=FAST_START), log)
     server.start()
     yield server
     server.stop()

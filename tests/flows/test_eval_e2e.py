@@ -13,7 +13,7 @@ import pytest
 from flows.config import EvalConfig
 from flows.eval import eval_flow
 from tasks.server import Endpoint, ServerStartError
-from tests.conftest import group_alive
+from tests.conftest import FAST_START, group_alive
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def small_config(store: Path, **server: object) -> EvalConfig:
     return EvalConfig.model_validate(
         {
             "run_name": "e2e",
-            "server": server or {"mode": "managed"},
+            "server": server or {"mode": "managed", "extra_args": FAST_START},
             "sampling": {"temperature": 0.8, "max_tokens": 160},
             "benchmarks": [{"name": "gsm8k", "limit": 4, "repeats": 2}],
             "collection": {"batch_size": 4, "concurrency": 8},
@@ -65,16 +65,23 @@ def test_flow_against_shared_server(endpoint: Endpoint, prefect_home: Path, tmp_
     assert f"{bench['accuracy']:.3f}" in (run_dir / "report.md").read_text()
 
 
-def test_managed_server_is_stopped_after_the_flow(smollm2, prefect_home: Path, tmp_path: Path) -> None:
+def test_managed_server_is_stopped_and_a_cached_rerun_starts_none(smollm2, prefect_home: Path, tmp_path: Path) -> None:
     result = asyncio.run(eval_flow(small_config(tmp_path)))
     server = result["server"]
     assert server["pid"] and not group_alive(server["pid"])
     assert Path(server["log"]).read_text().strip()
     assert result["metrics"]["benchmarks"]["gsm8k"]["n_rollouts"] == 8
 
+    again = asyncio.run(eval_flow(small_config(tmp_path)))  # same inputs: straight to analysis
+    assert again["server"] == {}
+    assert again["batches"] == {"total": 2, "cached": 2}
+    assert again["metrics"]["benchmarks"]["gsm8k"] == result["metrics"]["benchmarks"]["gsm8k"]
+    assert Path(again["run_dir"]) != Path(result["run_dir"])
+    assert len(list(Path(again["run_dir"]).glob("rollouts/gsm8k/*.parquet"))) == 2
+
 
 def test_server_that_exits_at_startup_fails_fast_with_its_log(smollm2, prefect_home: Path, tmp_path: Path) -> None:
-    cfg = small_config(tmp_path, mode="managed", extra_args=["--no-such-vllm-flag"])
+    cfg = small_config(tmp_path, mode="managed", extra_args=[*FAST_START, "--no-such-vllm-flag"])
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info:
         asyncio.run(eval_flow(cfg))

@@ -1,0 +1,169 @@
+"""Crash-safe, cached collection against the real vLLM server: a crash costs the batches in flight,
+a rerun collects only what is missing, and transient faults never lose a rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from flows.config import EvalConfig
+from flows.eval import eval_flow
+from tasks.server import Endpoint, VLLMServer
+from tests.conftest import FAST_START, REPO_ROOT
+from tests.faultproxy import FaultProxy, Faults
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
+    upstream = endpoint.base_url.removesuffix("/v1")
+    proxy = FaultProxy(upstream).start()
+    yield proxy
+    proxy.stop()
+
+
+def config_data(store: Path, base_url: str, model: str, **overrides: object) -> dict:
+    data = {
+        "run_name": "resume",
+        "model": {"source": model, "served_name": model},
+        "server": {"mode": "external", "base_url": base_url},
+        "sampling": {"temperature": 0.8, "max_tokens": 96},
+        "benchmarks": [{"name": "gsm8k", "limit": 8, "repeats": 2}],
+        "collection": {"batch_size": 4, "concurrency": 4, "batches_in_flight": 1},
+        "store": {"url": str(store)},
+    }
+    data.update(overrides)
+    return data
+
+
+def run(data: dict) -> dict:
+    return asyncio.run(eval_flow(EvalConfig.model_validate(data)))
+
+
+def cache_records(store: Path) -> list[Path]:
+    root = store / "cache" / "batches"
+    return [p for p in root.iterdir() if p.is_file()] if root.exists() else []
+
+
+def pairs(run_dir: str) -> list[tuple[str, int]]:
+    files = sorted(str(p) for p in Path(run_dir).glob("rollouts/*/*.parquet"))
+    return duckdb.sql(f"select prompt_id, repeat from read_parquet({files}) order by 1, 2").fetchall()
+
+
+def test_sigkill_then_rerun_collects_only_the_missing_batches(
+    proxy: FaultProxy, endpoint: Endpoint, prefect_home: Path, tmp_path: Path
+) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
+    data["benchmarks"][0]["limit"] = 12  # 6 batches of 4 rollouts, one at a time
+    config = tmp_path / "eval.yaml"
+    config.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.eval", "--config", str(config)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 600
+    while len(cache_records(tmp_path / "store")) < 2:
+        assert proc.poll() is None, "the flow ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    persisted = len(cache_records(tmp_path / "store"))
+    assert 2 <= persisted < 6, persisted
+
+    before = proxy.counts.forwarded
+    result = run(data)
+    assert proxy.counts.forwarded - before == (6 - persisted) * 4  # only the lost batches
+    assert result["batches"] == {"total": 6, "cached": persisted}
+    got = pairs(result["run_dir"])
+    assert got == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})  # none missing, none twice
+
+
+def test_changed_inputs_miss_exactly_the_affected_batches(
+    proxy: FaultProxy, endpoint: Endpoint, prefect_home: Path, tmp_path: Path
+) -> None:
+    rows = [json.loads(line) for line in (REPO_ROOT / "data/gsm8k/test.jsonl").read_text().splitlines()[:8]]
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
+    data["benchmarks"][0]["dataset"] = str(dataset)
+
+    first = run(data)
+    assert first["batches"] == {"total": 4, "cached": 0}
+
+    start = proxy.counts.forwarded
+    again = run(data)  # same inputs, new run: everything reused, nothing sent
+    assert again["batches"] == {"total": 4, "cached": 4}
+    assert proxy.counts.forwarded == start
+    assert pairs(again["run_dir"]) == pairs(first["run_dir"])
+
+    hotter = run({**data, "sampling": {**data["sampling"], "temperature": 0.9}})
+    assert hotter["batches"] == {"total": 4, "cached": 0}
+
+    rows[5]["question"] = rows[5]["question"].replace("?", " exactly?")
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    start = proxy.counts.forwarded
+    edited = run(data)
+    assert edited["batches"] == {"total": 4, "cached": 3}
+    assert proxy.counts.forwarded - start == 4  # one batch: 2 prompts x 2 repeats
+
+
+def test_transient_faults_lose_no_rollout(endpoint: Endpoint, prefect_home: Path, tmp_path: Path) -> None:
+    faults = Faults(error_rate=0.10, reset_rate=0.05, stall_rate=0.05, stall_s=40.0, seed=7)
+    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1"), faults).start()
+    try:
+        data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
+        data["collection"] = {**data["collection"], "request_timeout_s": 30.0, "max_request_retries": 6}
+        data["sampling"] = {**data["sampling"], "max_tokens": 48}
+        result = run(data)
+    finally:
+        proxy.stop()
+    assert proxy.counts.errors > 0 and proxy.counts.resets > 0 and proxy.counts.stalls > 0, proxy.counts
+    bench = result["metrics"]["benchmarks"]["gsm8k"]
+    assert bench["n_rollouts"] == 16
+    assert bench["error_count"] == 0
+    assert len(pairs(result["run_dir"])) == 16
+
+
+def test_watchdog_restarts_a_server_killed_mid_run(smollm2, prefect_home: Path, tmp_path: Path) -> None:
+    data = config_data(tmp_path / "store", "http://unused", smollm2.served_name)
+    data["model"] = {}
+    data["server"] = {"mode": "managed", "extra_args": FAST_START, "max_restarts": 1}
+    killed: list[int] = []
+
+    def killer() -> None:  # SIGKILL the whole server group once the first batch is persisted
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and not killed:
+            servers = list(VLLMServer._live)
+            if servers and servers[0].pid and cache_records(tmp_path / "store"):
+                killed.append(servers[0].pid)
+                os.killpg(servers[0].pid, signal.SIGKILL)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    result = run(data)
+    thread.join(5)
+    assert killed, "the server was never killed"
+    assert result["server"]["restarts"] == 1
+    assert result["metrics"]["benchmarks"]["gsm8k"]["n_rollouts"] == 16
+    assert result["metrics"]["benchmarks"]["gsm8k"]["error_count"] == 0
