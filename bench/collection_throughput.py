@@ -1,8 +1,8 @@
 """Collection throughput: evalflow's collection vs. a raw asyncio openai client, same server, same
 prompts, same per-rollout seeds, measured alternately in one run.
 
-    uv run python bench/collection_throughput.py                 # starts its own vLLM (default mode)
-    uv run python bench/collection_throughput.py --base-url URL --model NAME   # an external server
+    uv run python -m bench.collection_throughput                 # starts its own vLLM (default mode)
+    uv run python -m bench.collection_throughput --base-url URL --model NAME   # an external server
 
 Prints one row per measurement and the ratio of evalflow's best to the raw client's best.
 """
@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import openai
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.datasets import load_rows
 from envs.registry import get_env

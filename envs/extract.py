@@ -117,11 +117,13 @@ def answers_equal(pred: str | None, ref: str | None) -> bool:
 def _mv_parse(text: str, timeout: int | None) -> list:
     from math_verify import parse
 
-    parsed = parse(text, parsing_timeout=timeout)
-    if not parsed and "\\" in text:
-        # Bare LaTeX (`\frac12`, `\sqrt{4}`, from a box) only parses inside math delimiters.
+    if to_number(text) is None and not text.startswith("$"):
+        # Bare LaTeX from a box: undelimited, math-verify reads only a leading number (`1+\sqrt{2}` as 1,
+        # `\left(2,3\right)` as 3), so give it math delimiters first.
         parsed = parse(f"${text}$", parsing_timeout=timeout)
-    return parsed
+        if parsed:
+            return parsed
+    return parse(text, parsing_timeout=timeout)
 
 
 @lru_cache(maxsize=65536)

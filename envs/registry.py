@@ -6,9 +6,11 @@ import inspect
 from typing import Any
 
 from envs.base import SingleTurnEnv
+from envs.code import HumanEvalEnv, MBPPEnv
 from envs.gsm8k import GSM8KEnv
+from envs.math import MathEnv
 
-ENVS: dict[str, type[SingleTurnEnv]] = {cls.name: cls for cls in (GSM8KEnv,)}
+ENVS: dict[str, type[SingleTurnEnv]] = {cls.name: cls for cls in (GSM8KEnv, MathEnv, MBPPEnv, HumanEvalEnv)}
 
 
 def get_env(name: str, **options: Any) -> SingleTurnEnv:

@@ -93,7 +93,9 @@ class BenchmarkConfig(_Strict):
 
 class CollectionConfig(_Strict):
     batch_size: int = Field(64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
-    concurrency: int = Field(32, ge=1, description="requests in flight against the server")
+    concurrency: int | None = Field(
+        None, ge=1, description="requests in flight; empty: found while collecting (adaptive)"
+    )
     batches_in_flight: int = Field(2, ge=1, description="batches collected at once (keeps the server busy)")
     request_timeout_s: float = Field(300.0, gt=0)
     max_request_retries: int = Field(4, ge=0, description="retries of a transient request error, with backoff")

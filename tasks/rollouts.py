@@ -26,6 +26,7 @@ from prefect.context import TaskRunContext
 from envs.base import SingleTurnEnv, canonical_json
 from flows.config import CollectionConfig, SamplingConfig
 from tasks import store
+from tasks.concurrency import Limiter, make_limiter
 from tasks.records import to_table
 from tasks.server import Endpoint
 
@@ -111,7 +112,7 @@ class CollectContext:
     # awaited before retrying a failed request: the server watchdog blocks here while it restarts
     # the server, and raises if it cannot
     server_ready: Callable[[], Awaitable[None]] | None = None
-    semaphore: asyncio.Semaphore | None = None
+    limiter: Limiter | None = None
     _client: openai.AsyncOpenAI | None = None
 
     def client(self) -> openai.AsyncOpenAI:
@@ -124,10 +125,11 @@ class CollectContext:
             )
         return self._client
 
-    def limiter(self) -> asyncio.Semaphore:
-        if self.semaphore is None:
-            self.semaphore = asyncio.Semaphore(self.collection.concurrency)
-        return self.semaphore
+    def requests(self) -> Limiter:
+        """The run-wide limit on requests in flight (shared by every batch)."""
+        if self.limiter is None:
+            self.limiter = make_limiter(self.collection.concurrency)
+        return self.limiter
 
 
 TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
@@ -173,7 +175,7 @@ async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: di
         "success": False,
         "info": {},
     }
-    async with ctx.limiter():
+    async with ctx.requests():
         started = time.perf_counter()
         try:
             response = await request_with_retries(
@@ -188,6 +190,7 @@ async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: di
             record.update(error=f"{type(exc).__name__}: {exc}"[:2000], latency_s=time.perf_counter() - started)
             return record
         latency = time.perf_counter() - started
+        ctx.requests().record(response.usage.completion_tokens if response.usage else 0)
     choice = response.choices[0]
     completion = choice.message.content or ""
     ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)

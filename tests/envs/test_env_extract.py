@@ -158,3 +158,10 @@ def test_math_verify_fallback_works_off_the_main_thread() -> None:
 
 def test_long_inputs_skip_math_verify() -> None:
     assert not answers_equal("1/2" + "+0" * 150, "0.5")
+
+
+def test_bare_latex_is_compared_whole_not_by_its_leading_number() -> None:
+    assert not answers_equal("1+\\sqrt{2}", "1")
+    assert not answers_equal("\\left(2,3\\right)", "3")
+    assert answers_equal("\\sqrt{2}+1", "1+\\sqrt{2}")
+    assert answers_equal("\\frac{1}{2}", "0.5")

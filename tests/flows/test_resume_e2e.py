@@ -153,7 +153,8 @@ def test_watchdog_restarts_a_server_killed_mid_run(smollm2, prefect_home: Path, 
     def killer() -> None:  # SIGKILL the whole server group once the first batch is persisted
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and not killed:
-            servers = list(VLLMServer._live)
+            # this flow's server only (the session's shared server is in the registry too)
+            servers = [s for s in VLLMServer._live if tmp_path in s.log_path.parents]
             if servers and servers[0].pid and cache_records(tmp_path / "store"):
                 killed.append(servers[0].pid)
                 os.killpg(servers[0].pid, signal.SIGKILL)

@@ -1,0 +1,225 @@
+"""Python programming benchmarks (MBPP, HumanEval): the model writes code, the sandbox runs it against tests.
+
+Scoring runs a subprocess, so these envs score asynchronously: `await env.ascore(row, completion)`.
+The synchronous `score` of the SingleTurnEnv protocol raises; rollout code awaits `ascore` when an env
+has one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+from envs.base import DatasetError, Score, SingleTurnEnv
+from envs.sandbox import run_python
+
+MBPP_PROMPT = (
+    "You are an expert Python programmer, and here is your task: {text} "
+    "Your code should pass these tests:\n\n{tests}\n[BEGIN]\n"
+)
+MBPP_STOP = "[DONE]"
+HUMANEVAL_INSTRUCTION = (
+    "Complete the following Python function. Return the complete function, with its signature and any "
+    "imports it needs, in a single ```python code block."
+)
+MAX_PARSED_CHARS = 4000
+STDERR_TAIL_CHARS = 500
+MODES = ("chat",)
+
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(completion: str) -> tuple[str, bool]:
+    """(code, whether it came from a fenced block).
+
+    The first ```python block (an unterminated one runs to the end: generation may stop inside it),
+    else the first ``` block of any language, else the text up to `[DONE]`.
+    """
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(completion)]
+    for lang, body in blocks:
+        if lang in ("python", "py", "python3"):
+            return _strip_done(body), True
+    if blocks:
+        return _strip_done(blocks[0][1]), True
+    text = completion.lstrip()
+    return _strip_done(text.removeprefix("[BEGIN]") if text.startswith("[BEGIN]") else completion), False
+
+
+def _strip_done(text: str) -> str:
+    return text.split(MBPP_STOP, 1)[0].strip("\n")
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether the code defines a top-level function `name` (by parsing; by regex if it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return re.search(rf"^def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
+    return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name for node in tree.body)
+
+
+def _nonempty_str(row: dict[str, Any], key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise DatasetError(f"{where}: missing or empty {key!r} (a non-empty string)")
+    return value
+
+
+def _task_id(row: dict[str, Any], where: str) -> None:
+    task_id = row.get("task_id")
+    if isinstance(task_id, bool) or not isinstance(task_id, str | int) or (isinstance(task_id, str) and not task_id):
+        raise DatasetError(f"{where}: 'task_id' must be a non-empty string or an integer, got {task_id!r}")
+
+
+class CodeEnv(SingleTurnEnv):
+    """Shared by the code benchmarks: options, sandboxed async scoring, and the `score` guard."""
+
+    def __init__(
+        self,
+        mode: str = "chat",
+        system_prompt: str | None = None,
+        timeout_s: float = 5.0,
+        allow_unsandboxed: bool = False,
+    ) -> None:
+        super().__init__(
+            mode=mode, system_prompt=system_prompt, timeout_s=timeout_s, allow_unsandboxed=allow_unsandboxed
+        )
+        if mode not in MODES:
+            raise ValueError(f"{self.name}: mode must be one of {MODES}, got {mode!r}")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ValueError(f"{self.name}: system_prompt must be a string or None, got {system_prompt!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+            raise ValueError(f"{self.name}: timeout_s must be a positive number, got {timeout_s!r}")
+        if not isinstance(allow_unsandboxed, bool):
+            raise ValueError(f"{self.name}: allow_unsandboxed must be true or false, got {allow_unsandboxed!r}")
+        self.mode = mode
+        self.system_prompt = system_prompt
+        self.timeout_s = float(timeout_s)
+        self.allow_unsandboxed = allow_unsandboxed
+
+    def prompt_id(self, row: dict[str, Any]) -> str:
+        return str(row["task_id"])
+
+    @abstractmethod
+    def user_prompt(self, row: dict[str, Any]) -> str:
+        """The single user turn."""
+
+    @abstractmethod
+    def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
+        """(program to run, code taken from the completion, whether it came from a fenced block)."""
+
+    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return [*msgs, {"role": "user", "content": self.user_prompt(row)}]
+
+    def score(self, row: dict[str, Any], completion: str) -> Score:
+        raise TypeError(f"{self.name} scores by running code in a sandbox: use `await env.ascore(row, completion)`")
+
+    async def ascore(self, row: dict[str, Any], completion: str) -> Score:
+        """Run the extracted program with the row's tests; reward 1.0 iff it exits cleanly (all asserts pass)."""
+        program, code, fenced = self.program(row, completion)
+        result = await run_python(program, timeout_s=self.timeout_s, allow_unsandboxed=self.allow_unsandboxed)
+        info = {
+            "outcome": result.outcome,
+            "duration_s": round(result.duration_s, 4),
+            "stderr_tail": result.stderr[-STDERR_TAIL_CHARS:],
+            "extracted": fenced,
+        }
+        return Score(
+            reward=1.0 if result.passed else 0.0,
+            success=result.passed,
+            parsed_answer=code[:MAX_PARSED_CHARS],
+            info=info,
+        )
+
+
+class MBPPEnv(CodeEnv):
+    """MBPP rows: `{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code"?}`; lm-eval's prompt."""
+
+    name: ClassVar[str] = "mbpp"
+    version: ClassVar[str] = "1"
+    default_dataset: ClassVar[str] = "data/code/mbpp_offline.jsonl"
+
+    def validate_row(self, row: dict[str, Any], where: str) -> None:
+        _task_id(row, where)
+        _nonempty_str(row, "text", where)
+        _nonempty_str(row, "code", where)
+        tests = row.get("test_list")
+        if not isinstance(tests, list) or not tests:
+            raise DatasetError(f"{where}: 'test_list' must be a non-empty list of assert statements")
+        for i, test in enumerate(tests):
+            if not isinstance(test, str) or not test.strip():
+                raise DatasetError(f"{where}: test_list[{i}] must be a non-empty string, got {test!r}")
+        setup = row.get("test_setup_code", "")
+        if setup is not None and not isinstance(setup, str):
+            raise DatasetError(f"{where}: 'test_setup_code' must be a string, got {type(setup).__name__}")
+
+    def reference(self, row: dict[str, Any]) -> str:
+        return row["code"]
+
+    def prompt_templates(self) -> dict[str, Any]:
+        return {"prompt": MBPP_PROMPT, "mode": self.mode, "system_prompt": self.system_prompt}
+
+    def user_prompt(self, row: dict[str, Any]) -> str:
+        return MBPP_PROMPT.format(text=row["text"], tests="\n".join(row["test_list"]))
+
+    def stop(self) -> list[str] | None:
+        return [MBPP_STOP]
+
+    def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
+        code, fenced = extract_code(completion)
+        parts = [row.get("test_setup_code") or "", code, "\n".join(row["test_list"])]
+        return "\n\n".join(p for p in parts if p.strip()) + "\n", code, fenced
+
+
+class HumanEvalEnv(CodeEnv):
+    """HumanEval rows: `{"task_id", "prompt", "canonical_solution", "test", "entry_point"}`.
+
+    The model is asked for the whole function; if its code does not define `entry_point`, it is taken as
+    the body continuing the prompt (the original completion format).
+    """
+
+    name: ClassVar[str] = "humaneval"
+    version: ClassVar[str] = "1"
+    default_dataset: ClassVar[str] = "data/code/humaneval_offline.jsonl"
+
+    def validate_row(self, row: dict[str, Any], where: str) -> None:
+        _task_id(row, where)
+        prompt = _nonempty_str(row, "prompt", where)
+        _nonempty_str(row, "canonical_solution", where)
+        test = _nonempty_str(row, "test", where)
+        entry_point = _nonempty_str(row, "entry_point", where)
+        if not entry_point.isidentifier():
+            raise DatasetError(f"{where}: 'entry_point' must be a Python identifier, got {entry_point!r}")
+        try:
+            ast.parse(prompt)
+        except SyntaxError as e:
+            raise DatasetError(f"{where}: the prompt is not valid Python ({e.msg}, line {e.lineno})") from e
+        if not defines(prompt, entry_point):
+            raise DatasetError(f"{where}: the prompt does not define entry_point {entry_point!r}")
+        if not defines(test, "check"):
+            raise DatasetError(f"{where}: 'test' must define check(candidate)")
+
+    def reference(self, row: dict[str, Any]) -> str:
+        return row["prompt"] + row["canonical_solution"]
+
+    def prompt_templates(self) -> dict[str, Any]:
+        return {"instruction": HUMANEVAL_INSTRUCTION, "mode": self.mode, "system_prompt": self.system_prompt}
+
+    def user_prompt(self, row: dict[str, Any]) -> str:
+        return f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{row['prompt'].rstrip()}\n```\n"
+
+    def stop(self) -> list[str] | None:
+        return None
+
+    def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
+        code, fenced = extract_code(completion)
+        prompt, entry_point = row["prompt"], row["entry_point"]
+        # A whole function goes after the prompt (a docstring-only stub is valid Python), as it often
+        # relies on the prompt's imports (`from typing import List`) and helpers, and redefines the entry
+        # point; anything else is the original completion format: the body continuing the prompt.
+        body = f"{prompt.rstrip()}\n\n\n{code}" if defines(code, entry_point) else prompt + code
+        program = f"{body}\n\n\n{row['test']}\n\ncheck({entry_point})\n"
+        return program, code, fenced
