@@ -6,7 +6,7 @@ SHELL := /bin/bash
 
 UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 RUN := $(UV) run --frozen
-.PHONY: help uv sync runtime demo test lint format clean
+.PHONY: help uv sync runtime browser demo test lint format clean
 
 help:
 	@echo "make demo   - evaluate SmolLM2 on the GSM8K-style set on a real vLLM (CPU) server, write the report"
@@ -22,6 +22,12 @@ sync: uv
 runtime: sync
 	$(RUN) python -m tasks.runtime
 
+# Headless Chromium for the HTML report tests (Debian's package; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install Debian's chromium package for the HTML tests" >&2; exit 1; fi; }
+
 demo: runtime
 	$(RUN) python -m flows.eval --config configs/demo.yaml
 
@@ -29,7 +35,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 
-test: runtime lint
+test: runtime browser lint
 	$(RUN) pytest -x --timeout=1800
 
 format: sync

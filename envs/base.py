@@ -1,8 +1,8 @@
 """The environment protocol: what the rollout tasks need from a benchmark, and nothing Prefect-specific.
 
 `Env` holds what every environment shares (identity, dataset rows, cache fingerprint); `SingleTurnEnv`
-adds the one-request-one-completion interface. A multi-turn environment will be a sibling of
-`SingleTurnEnv` built on the same `Env` base, so dataset loading and cache keys work for both.
+adds the one-request-one-completion interface, `MultiTurnEnv` the conversation one (an `Episode` per
+rollout answers each assistant message). Both build on `Env`, so dataset loading and cache keys work for both.
 """
 
 from __future__ import annotations
@@ -108,3 +108,47 @@ class SingleTurnEnv(Env):
     def _fingerprint_payload(self) -> dict[str, Any]:
         # Stop sequences change what the server returns, so they belong in the cache key too.
         return {**super()._fingerprint_payload(), "stop": self.stop()}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The environment's answer to one assistant message: messages to append, and whether the rollout ends."""
+
+    # Tool results ({"role": "tool", "tool_call_id", "content"}) or a user message, in order.
+    messages: list[dict[str, Any]]
+    done: bool
+
+
+class Episode(ABC):
+    """One rollout's state; the rollout loop owns the transcript, the episode only answers assistant messages."""
+
+    # The opening conversation (system + user) the rollout starts from.
+    messages: list[dict[str, Any]]
+
+    @abstractmethod
+    def step(self, assistant: dict[str, Any]) -> Turn:
+        """Answer an assistant message (`{"role": "assistant", "content": str | None, "tool_calls": [...]}`;
+        each tool call `{"id", "type": "function", "function": {"name", "arguments": JSON string}}`)."""
+
+    @abstractmethod
+    def result(self) -> Score:
+        """The rollout's score, valid at any point (also when the loop stopped at `max_turns`)."""
+
+
+class MultiTurnEnv(Env):
+    """A conversation per rollout: the env opens it, the model talks, the env answers until done."""
+
+    # Hard cap on assistant turns per rollout, enforced by the rollout loop.
+    max_turns: int
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        """OpenAI tool schemas offered with every request (None: no tools, e.g. a text-tag protocol)."""
+        return None
+
+    @abstractmethod
+    def reset(self, row: dict[str, Any]) -> Episode:
+        """A fresh episode for the row; deterministic in the row alone."""
+
+    def _fingerprint_payload(self) -> dict[str, Any]:
+        # Tools and the turn cap shape the conversation, so they belong in the cache key too.
+        return {**super()._fingerprint_payload(), "tools": self.tools(), "max_turns": self.max_turns}

@@ -5,7 +5,6 @@ Prefect deployment. Everything that can be checked cheaply (config, store, datas
 before the model is converted or a server is started.
 """
 
-from __future__ import annotations
 
 import argparse
 import asyncio
@@ -25,7 +24,7 @@ import yaml
 from prefect import flow
 from prefect.context import FlowRunContext
 
-from envs.base import SingleTurnEnv
+from envs.base import Env
 from envs.datasets import load_rows
 from envs.registry import get_env
 from flows.config import EvalConfig
@@ -44,7 +43,7 @@ from tasks.server import Endpoint, VLLMServer, Watchdog
 @dataclass
 class Benchmark:
     name: str
-    env: SingleTurnEnv
+    env: Env
     rows: list[dict[str, Any]]
     repeats: int
 
@@ -89,7 +88,7 @@ def _stop_servers(*_: Any) -> None:
 
 @dataclass
 class Planned:
-    env: SingleTurnEnv
+    env: Env
     batch: Batch
     cached: BatchResult | None = None  # a finished batch of an earlier run (or attempt)
     stale: bool = False  # Prefect has a record, but its parquet file is gone: collect again

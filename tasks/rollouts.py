@@ -23,7 +23,7 @@ from prefect import task
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
-from envs.base import SingleTurnEnv, canonical_json
+from envs.base import Env, MultiTurnEnv, SingleTurnEnv, canonical_json
 from flows.config import CollectionConfig, SamplingConfig
 from tasks import store
 from tasks.concurrency import Limiter, make_limiter
@@ -53,7 +53,7 @@ class Batch:
 
 
 def batch_key(
-    env: SingleTurnEnv,
+    env: Env,
     rows: list[dict[str, Any]],
     repeats: list[int],
     model_fingerprint: str,
@@ -72,7 +72,7 @@ def batch_key(
 
 def plan_batches(
     benchmark: str,
-    env: SingleTurnEnv,
+    env: Env,
     rows: list[dict[str, Any]],
     repeats: int,
     batch_size: int,
@@ -151,11 +151,24 @@ async def request_with_retries(ctx: CollectContext, **kwargs: Any) -> Any:
             await asyncio.sleep(min(20.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
-async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
-    """One request -> one scored record. Permanent request errors (4xx) are recorded, not raised."""
+async def _chat(ctx: CollectContext, **kwargs: Any) -> tuple[Any, float]:
+    """One chat request under the run's concurrency limit: (response, latency in seconds)."""
+    async with ctx.requests():
+        started = time.perf_counter()
+        response = await request_with_retries(ctx, model=ctx.endpoint.model, **kwargs, **ctx.sampling.as_request())
+        latency = time.perf_counter() - started
+        ctx.requests().record(response.usage.completion_tokens if response.usage else 0)
+    return response, latency
+
+
+def _permanent_error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
+    """One rollout -> one scored record. Permanent request errors (4xx) are recorded, not raised."""
     prompt_id = env.prompt_id(row)
     seed = rollout_seed(ctx.sampling.seed, prompt_id, repeat)
-    messages = env.messages(row)
     record: dict[str, Any] = {
         "run_id": ctx.run_id,
         "benchmark": batch.benchmark,
@@ -167,30 +180,24 @@ async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: di
         "model": ctx.endpoint.model,
         "model_fingerprint": ctx.model_fingerprint,
         "sampling": ctx.sampling.model_dump(mode="json"),
-        "messages": messages,
         "reference": env.reference(row),
-        "turns": 1,
+        "turns": 0,
         "tool_calls": 0,
         "reward": 0.0,
         "success": False,
         "info": {},
     }
-    async with ctx.requests():
-        started = time.perf_counter()
-        try:
-            response = await request_with_retries(
-                ctx,
-                model=ctx.endpoint.model,
-                messages=messages,  # type: ignore[arg-type]
-                seed=seed,
-                stop=env.stop(),
-                **ctx.sampling.as_request(),
-            )
-        except PERMANENT as exc:  # e.g. a prompt longer than the context: recorded and counted, not retried
-            record.update(error=f"{type(exc).__name__}: {exc}"[:2000], latency_s=time.perf_counter() - started)
-            return record
-        latency = time.perf_counter() - started
-        ctx.requests().record(response.usage.completion_tokens if response.usage else 0)
+    if isinstance(env, MultiTurnEnv):
+        return await _multi_turn(ctx, env, row, seed, record)
+    assert isinstance(env, SingleTurnEnv)
+    messages = env.messages(row)
+    record["messages"] = messages
+    started = time.perf_counter()
+    try:
+        response, latency = await _chat(ctx, messages=messages, seed=seed, stop=env.stop())
+    except PERMANENT as exc:  # e.g. a prompt longer than the context: recorded and counted, not retried
+        record.update(error=_permanent_error(exc), latency_s=time.perf_counter() - started)
+        return record
     choice = response.choices[0]
     completion = choice.message.content or ""
     ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)
@@ -202,6 +209,76 @@ async def rollout(ctx: CollectContext, env: SingleTurnEnv, batch: Batch, row: di
         finish_reason=choice.finish_reason,
         prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,
+        turns=1,
+        latency_s=latency,
+        reward=score.reward,
+        success=score.success,
+        parsed_answer=score.parsed_answer,
+        info=score.info,
+    )
+    return record
+
+
+def _assistant_message(message: Any) -> dict[str, Any]:
+    """The assistant turn as a plain chat message (tool calls kept, so the next request carries them)."""
+    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
+    return out
+
+
+async def _multi_turn(
+    ctx: CollectContext, env: MultiTurnEnv, row: dict[str, Any], seed: int, record: dict[str, Any]
+) -> dict:
+    """Play an episode: request, let the env step on the assistant turn, append its replies, repeat.
+
+    Token counts and latency are summed over turns (each turn re-sends the conversation, so prompt
+    tokens grow with the number of turns); the concurrency slot is held per request, not per episode.
+    """
+    episode = env.reset(row)
+    messages = list(episode.messages)
+    record["messages"] = list(episode.messages)
+    tools = env.tools()
+    prompt_tokens = completion_tokens = 0
+    latency = 0.0
+    finish_reason = None
+    completion = ""
+    for turn in range(env.max_turns):
+        kwargs: dict[str, Any] = {"messages": messages, "seed": (seed + turn) & 0x7FFFFFFF}
+        if tools:
+            kwargs["tools"] = tools
+        started = time.perf_counter()
+        try:
+            response, took = await _chat(ctx, **kwargs)
+        except PERMANENT as exc:
+            record["error"] = _permanent_error(exc)
+            latency += time.perf_counter() - started
+            break
+        latency += took
+        record["turns"] = turn + 1
+        if response.usage:
+            prompt_tokens += response.usage.prompt_tokens
+            completion_tokens += response.usage.completion_tokens
+        choice = response.choices[0]
+        finish_reason = choice.finish_reason
+        assistant = _assistant_message(choice.message)
+        completion = assistant["content"] or completion
+        messages.append(assistant)
+        step = episode.step(assistant)
+        messages.extend(step.messages)
+        if step.done:
+            break
+    score = episode.result()
+    record.update(
+        completion=completion,
+        transcript=messages,
+        finish_reason=finish_reason,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        tool_calls=int(score.info.get("tool_calls", 0)),
         latency_s=latency,
         reward=score.reward,
         success=score.success,
@@ -224,7 +301,7 @@ def write_batch(url: str, records: list[dict[str, Any]], storage_options: dict[s
     store.write_bytes(url, buffer.getvalue(), storage_options)  # atomic: never a half-written batch
 
 
-async def collect_batch_impl(ctx: CollectContext, env: SingleTurnEnv, batch: Batch) -> BatchResult:
+async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
     started = time.perf_counter()
     records = await asyncio.gather(*(rollout(ctx, env, batch, row, r) for row in batch.rows for r in batch.repeats))
     records.sort(key=lambda rec: (rec["prompt_id"], rec["repeat"]))
@@ -261,7 +338,7 @@ class BatchKeyPolicy(CachePolicy):
     persist_result=True,
     cache_policy=BatchKeyPolicy(),
 )
-async def collect_batch(ctx: CollectContext, env: SingleTurnEnv, batch: Batch) -> BatchResult:
+async def collect_batch(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
     """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole; its
     result (where the file is) is persisted, so a finished batch is never collected again."""
     return await collect_batch_impl(ctx, env, batch)

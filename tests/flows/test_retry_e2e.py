@@ -97,7 +97,14 @@ def test_retry_of_a_crashed_deployment_run_collects_only_lost_batches(
         flow_run = asyncio.run(_api(prefect_server, start))
 
         # kill the flow run's process (the runner's child) once two batches are persisted
-        wait_for(lambda: len(cache_records(store)) >= 2, 600, "two persisted batches")
+        def two_batches_persisted() -> bool:
+            if len(cache_records(store)) >= 2:
+                return True
+            state = asyncio.run(_api(prefect_server, lambda c: c.read_flow_run(flow_run.id))).state
+            assert not state.is_final(), f"the run ended before it could be killed: {state}"
+            return False
+
+        wait_for(two_batches_persisted, 600, "two persisted batches", interval=0.5)
         children = subprocess.run(["pgrep", "-P", str(serve.pid)], capture_output=True, text=True).stdout.split()
         assert children, "no flow-run process under the runner"
         for pid in children:
