@@ -14,18 +14,15 @@ import asyncio
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import openai
 
+from bench.common import add_server_args, server_from
 from envs.datasets import load_rows
 from envs.registry import get_env
-from flows.config import EvalConfig, ModelConfig, ServerConfig
+from flows.config import EvalConfig
 from flows.eval import eval_flow
-from tasks.checkpoints.prepare import prepare_model_impl
 from tasks.rollouts import rollout_seed
-from tasks.runtime import ensure_runtime
-from tasks.server import VLLMServer
 
 
 async def raw_client(base_url: str, model: str, jobs: list[tuple[list, int]], concurrency: int, args) -> tuple:
@@ -64,8 +61,7 @@ def evalflow_run(base_url: str, model: str, args, concurrency: int | None) -> tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-url")
-    parser.add_argument("--model")
+    add_server_args(parser)
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=256)
@@ -73,40 +69,34 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 32, 64])
     args = parser.parse_args()
 
-    server = None
-    if args.base_url:
-        base_url, model = args.base_url, args.model
-    else:
-        prepared = prepare_model_impl(ModelConfig(), "auto")
-        server = VLLMServer(ensure_runtime("auto"), prepared, ServerConfig(), Path(tempfile.mkdtemp()) / "vllm.log")
-        base_url, model = server.start().base_url, prepared.served_name
-    try:
-        env = get_env("gsm8k")
-        rows = load_rows(str(env.default_dataset_path()), env, limit=args.prompts)
-        jobs = [(env.messages(row), rollout_seed(1234, env.prompt_id(row), 0)) for row in rows]
-        asyncio.run(raw_client(base_url, model, jobs[:16], 16, args))  # warm-up
-        results: dict[str, list[float]] = {}
-        print(f"{'round':>5} {'what':<22} {'seconds':>8} {'compl/s':>8} {'tokens/s':>9}", flush=True)
-        for rnd in range(1, args.rounds + 1):
-            for conc in args.concurrency:
-                secs, tokens = asyncio.run(raw_client(base_url, model, jobs, conc, args))
-                results.setdefault(f"raw c={conc}", []).append(tokens / secs)
-                print(f"{rnd:>5} {'raw c=' + str(conc):<22} {secs:8.1f} {len(jobs) / secs:8.2f} {tokens / secs:9.0f}")
-            collect, wall, tokens = evalflow_run(base_url, model, args, None)
-            results.setdefault("evalflow (collect)", []).append(tokens / collect)
-            results.setdefault("evalflow (whole flow)", []).append(tokens / wall)
-            for label, secs in (("evalflow collect", collect), ("evalflow whole flow", wall)):
-                print(f"{rnd:>5} {label:<22} {secs:8.1f} {len(jobs) / secs:8.2f} {tokens / secs:9.0f}")
-        print("\nmedian tokens/s over rounds:")
-        medians = {name: statistics.median(v) for name, v in results.items()}
-        for name, value in medians.items():
-            print(f"  {name:<22} {value:9.0f}")
-        best_raw = max(v for k, v in medians.items() if k.startswith("raw"))
-        print(f"\nratio evalflow collect / best raw:    {medians['evalflow (collect)'] / best_raw:.3f}")
-        print(f"ratio evalflow whole flow / best raw: {medians['evalflow (whole flow)'] / best_raw:.3f}")
-    finally:
-        if server is not None:
-            server.stop()
+    with server_from(args) as (base_url, model):
+        measure(args, base_url, model)
+
+
+def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
+    env = get_env("gsm8k")
+    rows = load_rows(str(env.default_dataset_path()), env, limit=args.prompts)
+    jobs = [(env.messages(row), rollout_seed(1234, env.prompt_id(row), 0)) for row in rows]
+    asyncio.run(raw_client(base_url, model, jobs[:16], 16, args))  # warm-up
+    results: dict[str, list[float]] = {}
+    print(f"{'round':>5} {'what':<22} {'seconds':>8} {'compl/s':>8} {'tokens/s':>9}", flush=True)
+    for rnd in range(1, args.rounds + 1):
+        for conc in args.concurrency:
+            secs, tokens = asyncio.run(raw_client(base_url, model, jobs, conc, args))
+            results.setdefault(f"raw c={conc}", []).append(tokens / secs)
+            print(f"{rnd:>5} {'raw c=' + str(conc):<22} {secs:8.1f} {len(jobs) / secs:8.2f} {tokens / secs:9.0f}")
+        collect, wall, tokens = evalflow_run(base_url, model, args, None)
+        results.setdefault("evalflow (collect)", []).append(tokens / collect)
+        results.setdefault("evalflow (whole flow)", []).append(tokens / wall)
+        for label, secs in (("evalflow collect", collect), ("evalflow whole flow", wall)):
+            print(f"{rnd:>5} {label:<22} {secs:8.1f} {len(jobs) / secs:8.2f} {tokens / secs:9.0f}", flush=True)
+    print("\nmedian tokens/s over rounds:")
+    medians = {name: statistics.median(v) for name, v in results.items()}
+    for name, value in medians.items():
+        print(f"  {name:<22} {value:9.0f}")
+    best_raw = max(v for k, v in medians.items() if k.startswith("raw"))
+    print(f"\nratio evalflow collect / best raw:    {medians['evalflow (collect)'] / best_raw:.3f}")
+    print(f"ratio evalflow whole flow / best raw: {medians['evalflow (whole flow)'] / best_raw:.3f}")
 
 
 if __name__ == "__main__":

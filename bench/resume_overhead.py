@@ -22,31 +22,26 @@ from pathlib import Path
 
 import yaml
 
-from flows.config import EvalConfig, ModelConfig, ServerConfig
+from bench.common import add_server_args, server_from
+from flows.config import EvalConfig
 from flows.eval import eval_flow
-from tasks.checkpoints.prepare import prepare_model_impl
-from tasks.runtime import ensure_runtime
-from tasks.server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-url")
-    parser.add_argument("--model")
+    add_server_args(parser)
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=16)
     args = parser.parse_args()
 
-    server = None
-    if args.base_url:
-        base_url, model = args.base_url, args.model
-    else:
-        prepared = prepare_model_impl(ModelConfig(), "auto")
-        server = VLLMServer(ensure_runtime("auto"), prepared, ServerConfig(), Path(tempfile.mkdtemp()) / "vllm.log")
-        base_url, model = server.start().base_url, prepared.served_name
+    with server_from(args) as (base_url, model):
+        measure(args, base_url, model)
+
+
+def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
     data = {
         "model": {"source": model, "served_name": model},
         "server": {"mode": "external", "base_url": base_url},
@@ -54,24 +49,20 @@ def main() -> None:
         "benchmarks": [{"name": "gsm8k", "limit": args.prompts, "repeats": args.repeats}],
         "store": {"url": tempfile.mkdtemp(prefix="bench-resume-")},
     }
-    try:
-        rows = []
-        for label in ("first run (collects)", "cached rerun", "cached rerun again"):
-            started = time.perf_counter()
-            result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
-            wall = time.perf_counter() - started
-            rows.append((label, wall, result["batches"], result["timings_s"]))
-        config = Path(tempfile.mkdtemp()) / "eval.yaml"
-        config.write_text(yaml.safe_dump(data))
+    rows = []
+    for label in ("first run (collects)", "cached rerun", "cached rerun again"):
         started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "flows.eval", "--config", str(config)],
-            cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
-        process_wall = time.perf_counter() - started
-    finally:
-        if server is not None:
-            server.stop()
+        result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
+        wall = time.perf_counter() - started
+        rows.append((label, wall, result["batches"], result["timings_s"]))
+    config = Path(tempfile.mkdtemp()) / "eval.yaml"
+    config.write_text(yaml.safe_dump(data))
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "flows.eval", "--config", str(config)],
+        cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    process_wall = time.perf_counter() - started
 
     rollouts = args.prompts * args.repeats
     print(f"\n{rollouts:,} rollouts ({args.prompts} prompts x {args.repeats} repeats)")

@@ -23,7 +23,7 @@ from prefect import task
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
-from envs.base import Env, MultiTurnEnv, SingleTurnEnv, canonical_json
+from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv, canonical_json
 from flows.config import CollectionConfig, SamplingConfig
 from tasks import store
 from tasks.concurrency import Limiter, make_limiter
@@ -203,7 +203,9 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)
     score = await ascore(row, completion) if ascore else env.score(row, completion)
     usage = response.usage
-    record.update(
+    return _scored(
+        record,
+        score,
         completion=completion,
         transcript=[*messages, {"role": "assistant", "content": completion}],
         finish_reason=choice.finish_reason,
@@ -211,11 +213,13 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         completion_tokens=usage.completion_tokens if usage else None,
         turns=1,
         latency_s=latency,
-        reward=score.reward,
-        success=score.success,
-        parsed_answer=score.parsed_answer,
-        info=score.info,
     )
+
+
+def _scored(record: dict[str, Any], score: Score, **fields: Any) -> dict[str, Any]:
+    """The record completed with the request's fields and the env's verdict."""
+    record.update(fields)
+    record.update(reward=score.reward, success=score.success, parsed_answer=score.parsed_answer, info=score.info)
     return record
 
 
@@ -272,7 +276,9 @@ async def _multi_turn(
         if step.done:
             break
     score = episode.result()
-    record.update(
+    return _scored(
+        record,
+        score,
         completion=completion,
         transcript=messages,
         finish_reason=finish_reason,
@@ -280,12 +286,7 @@ async def _multi_turn(
         completion_tokens=completion_tokens,
         tool_calls=int(score.info.get("tool_calls", 0)),
         latency_s=latency,
-        reward=score.reward,
-        success=score.success,
-        parsed_answer=score.parsed_answer,
-        info=score.info,
     )
-    return record
 
 
 def batch_url(run_dir: str, batch: Batch) -> str:
