@@ -3,8 +3,10 @@
 Run it as `python -m flows.eval --config configs/demo.yaml [key.path=value ...]`, or through a
 Prefect deployment. Everything that can be checked cheaply (config, store, datasets) is checked
 before the model is converted or a server is started.
-"""
 
+No `from __future__ import annotations` here: a deployment validates the flow's parameters against
+its signature, and postponed (string) annotations leave `EvalConfig` unresolved there.
+"""
 
 import argparse
 import asyncio
