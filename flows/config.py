@@ -22,15 +22,41 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    """What to evaluate. `source` is the built-in default model, a local HF folder, a GGUF file or a hub id."""
+    """What to evaluate, and how it becomes a folder vLLM serves (plain fields: usable as block fields).
+
+    `source` is the built-in default model, an HF folder, a hub id, a .gguf file or a DCP checkpoint
+    (NeMo RL `step_N/`, or its `policy/weights/` folder), each local or at an fsspec URL (s3://...).
+    """
 
     source: str = Field(
         DEFAULT_MODEL,
-        description="'smollm2-135m-instruct' (the embedded CPU default), an HF folder, a .gguf file or a hub id",
+        description="'smollm2-135m-instruct' (the embedded CPU default), an HF folder, a hub id, a .gguf file or a "
+        "DCP checkpoint (step_N/); a local path or a URL such as s3://bucket/run/step_100",
+    )
+    kind: Literal["auto", "hf", "hub", "gguf", "dcp"] = Field(
+        "auto", description="what the source is; auto: recognised from its files"
     )
     served_name: str | None = Field(None, description="name the server exposes; defaults to a readable source name")
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="dtype of the served weights (DCP/GGUF are cast or dequantized to it)"
+    )
+    config_path: str | None = Field(
+        None,
+        description="DCP: folder, config.json or URL with the HF architecture config (default: policy.model_name of "
+        "step_N/config.yaml, if that is a local folder or in the local HF cache)",
+    )
+    tokenizer_path: str | None = Field(
+        None, description="DCP: folder or URL with the tokenizer files (default: step_N/policy/tokenizer/)"
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="fsspec options for URL sources (endpoint_url, key, secret, profile, ...)"
+    )
     cache_dir: str | None = Field(None, description="where converted checkpoints are cached (default ~/.cache)")
+    output_dir: str | None = Field(None, description="write the converted folder here instead of the cache")
+    force: bool = Field(False, description="convert again even if a converted folder exists")
+    skip: bool = Field(
+        False, description="serve a pre-converted folder as is (output_dir, or an HF source): checked lightly"
+    )
 
     @field_validator("source")
     @classmethod
@@ -38,6 +64,19 @@ class ModelConfig(_Strict):
         if not value.strip():
             raise ValueError("model.source is empty: name a checkpoint folder, a .gguf file or a hub id")
         return value.strip()
+
+    @field_validator("output_dir", "cache_dir")
+    @classmethod
+    def _local_folder(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value and not value.startswith("file://"):
+            raise ValueError(f"{value!r} must be a local folder (vLLM serves from local disk)")
+        return value.removeprefix("file://") if value else value
+
+    @model_validator(mode="after")
+    def _force_or_skip(self) -> ModelConfig:
+        if self.force and self.skip:
+            raise ValueError("model.force (convert again) and model.skip (use as is) exclude each other")
+        return self
 
 
 class ServerConfig(_Strict):

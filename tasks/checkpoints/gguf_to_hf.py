@@ -1,28 +1,33 @@
 """Convert a GGUF file to a Hugging Face folder (safetensors, config, tokenizer, chat template).
 
 Runs inside the vLLM runtime (it needs torch and transformers), as
-`python gguf_to_hf.py GGUF_PATH OUT_DIR DTYPE`, and prints one JSON line describing the result.
-It imports nothing from evalflow so that it works under the runtime's interpreter.
+`python gguf_to_hf.py GGUF_PATH OUT_DIR DTYPE`; transformers dequantizes the GGUF, the model is
+cast to DTYPE and saved, and `hf_check` validates the folder before the result line is printed.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
+import time
+from typing import Any
 
-# One thread: on small CPU machines torch is fastest that way and does not fight the server.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from _runtime_io import Failure, progress, run_main  # sibling modules: this file runs as a script
+from hf_check import check_folder
 
 
-def convert(gguf_path: str, out_dir: str, dtype_name: str) -> dict:
+def convert(gguf_path: str, out_dir: str, dtype_name: str) -> dict[str, Any]:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    started = time.monotonic()
     dtype = getattr(torch, dtype_name)
     folder, name = os.path.split(os.path.abspath(gguf_path))
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=dtype)
+    except Exception as exc:
+        raise Failure(f"{gguf_path} does not load as a GGUF model ({type(exc).__name__}: {exc})") from exc
+    progress(f"dequantized {name} in {time.monotonic() - started:.1f} s")
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:
         # transformers dequantized the GGUF; without this the saved config claims it is still quantized
@@ -34,24 +39,26 @@ def convert(gguf_path: str, out_dir: str, dtype_name: str) -> dict:
     model.save_pretrained(out_dir, safe_serialization=True, max_shard_size="2GB")
     tokenizer.save_pretrained(out_dir)
     if not tokenizer.chat_template:
-        raise SystemExit(f"{gguf_path}: the GGUF carries no chat template; give the model one explicitly")
-
-    # validate what we wrote: the config loads and the tensors match the architecture
-    AutoConfig.from_pretrained(out_dir)
-    reloaded = AutoModelForCausalLM.from_pretrained(out_dir, torch_dtype=dtype)
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in reloaded.state_dict().items()}
-    if expected != got:
-        raise SystemExit(f"converted tensors do not match the architecture: {sorted(set(expected) ^ set(got))[:5]}")
+        raise Failure(f"{gguf_path}: the GGUF carries no chat template; give the model one explicitly")
+    written = time.monotonic()
+    summary = check_folder(out_dir, dtype_name)
     return {
-        "architecture": type(model).__name__,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        **summary,
         "dtype": dtype_name,
+        "source_bytes": os.path.getsize(gguf_path),
         "files": sorted(os.listdir(out_dir)),
+        "seconds": {"convert": round(written - started, 3), "validate": round(time.monotonic() - written, 3)},
+        "pid": os.getpid(),
     }
 
 
+def main(argv: list[str]) -> dict[str, Any]:
+    if len(argv) != 3:
+        raise Failure("usage: gguf_to_hf.py GGUF_PATH OUT_DIR DTYPE")
+    return convert(*argv)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        raise SystemExit("usage: gguf_to_hf.py GGUF_PATH OUT_DIR DTYPE")
-    print(json.dumps(convert(*sys.argv[1:])))
+    # One thread: on small CPU machines torch is fastest that way and does not fight the server.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    run_main(main)

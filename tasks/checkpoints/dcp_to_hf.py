@@ -1,0 +1,236 @@
+"""Convert a PyTorch DCP checkpoint (NeMo RL layouts) to an HF folder that vLLM serves.
+
+Runs inside the vLLM runtime as `python dcp_to_hf.py JOB.json`; the job names the DCP weights
+folder, the folder with the HF config.json, the tokenizer folder, the output folder, the dtype and
+the largest shard size. One process, no process group: `FileSystemReader` + a partial load per
+output shard, so memory stays near one shard whatever the model size. Before reading any tensor
+data it checks that every shard is long enough and that the names and shapes in `.metadata` match
+the architecture; after writing, `hf_check` validates the folder as vLLM will see it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from _runtime_io import Failure, progress, run_main  # sibling modules: this file runs as a script
+from hf_check import INDEX, SINGLE, architecture, check_folder, describe_mismatch
+
+WRAPPER = "model."  # NeMo RL wraps the HF model: model.model.layers.0... / model.lm_head.weight
+BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# copied from the tokenizer folder next to the weights (what AutoTokenizer.save_pretrained writes)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "spiece.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+def read_metadata(weights_dir: str) -> Any:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not os.path.isfile(os.path.join(weights_dir, ".metadata")):
+        raise Failure(f"{weights_dir} has no .metadata: the checkpoint is incomplete or not a DCP checkpoint")
+    try:
+        return FileSystemReader(weights_dir).read_metadata()
+    except Exception as exc:
+        raise Failure(f"{weights_dir}/.metadata does not load ({type(exc).__name__}: {exc})") from exc
+
+
+def check_shards(weights_dir: str, metadata: Any) -> int:
+    """Every byte range the metadata points at must exist: a truncated shard fails here, by name."""
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    total = 0
+    for name, end in sorted(needed.items()):
+        path = os.path.join(weights_dir, name)
+        if not os.path.isfile(path):
+            raise Failure(f"{path} is missing: .metadata lists it")
+        size = os.path.getsize(path)
+        if size < end:
+            raise Failure(f"{path} is truncated: {size} bytes, .metadata needs at least {end}")
+        total += size
+    return total
+
+
+def tensor_table(metadata: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    return {
+        k: (tuple(v.size), v.properties.dtype)
+        for k, v in metadata.state_dict_metadata.items()
+        if isinstance(v, TensorStorageMetadata)
+    }
+
+
+def name_map(keys: list[str], expected: dict[str, tuple[int, ...]], tied: dict[str, str]) -> dict[str, str]:
+    """{HF name: checkpoint name}: NeMo RL's `model.` wrapper is stripped when that is what fits."""
+    known = set(expected) | set(tied)
+    plain = {k: k for k in keys}
+    if all(k.startswith(WRAPPER) for k in keys):
+        stripped = {k[len(WRAPPER) :]: k for k in keys}
+        if len(known & set(stripped)) > len(known & set(plain)):
+            return stripped
+    return plain
+
+
+def plan_shards(names: list[str], shapes: dict[str, tuple[int, ...]], item: int, limit: int) -> list[list[str]]:
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name in names:
+        n = item
+        for d in shapes[name]:
+            n *= d
+        if shards[-1] and size + n > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += n
+    return shards
+
+
+def load(weights_dir: str, table: dict[str, tuple[tuple[int, ...], Any]], keys: list[str]) -> dict[str, Any]:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    state = {k: torch.empty(table[k][0], dtype=table[k][1]) for k in keys}
+    try:
+        dcp.load(state, storage_reader=FileSystemReader(weights_dir), planner=DefaultLoadPlanner(), no_dist=True)
+    except Exception as exc:
+        raise Failure(f"reading tensors from {weights_dir} failed ({type(exc).__name__}: {exc})") from exc
+    return state
+
+
+def cast(tensor: Any, dtype: Any) -> Any:
+    """Floating tensors (RL runs save fp32) to the served dtype; integer buffers stay as they are."""
+    return (tensor.to(dtype) if tensor.is_floating_point() else tensor).contiguous()
+
+
+def write_config(config_dir: str, out: Path, dtype: str) -> None:
+    """The training config's config.json with the served dtype; edited as JSON so nothing else changes."""
+    data = json.loads(Path(config_dir, "config.json").read_text())
+    data.pop("quantization_config", None)
+    data["dtype"] = dtype
+    if "torch_dtype" in data:
+        data["torch_dtype"] = dtype
+    (out / "config.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_generation_config(config_dir: str, tokenizer_dir: str, out: Path, config: Any) -> None:
+    for folder in (config_dir, tokenizer_dir):
+        src = Path(folder, "generation_config.json")
+        if src.is_file():
+            shutil.copyfile(src, out / src.name)
+            return
+    from transformers import GenerationConfig
+
+    GenerationConfig.from_model_config(config).save_pretrained(str(out))
+
+
+def copy_tokenizer(tokenizer_dir: str, out: Path) -> list[str]:
+    copied = [name for name in TOKENIZER_FILES if Path(tokenizer_dir, name).is_file()]
+    if not copied:
+        raise Failure(f"{tokenizer_dir} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...)")
+    for name in copied:
+        shutil.copyfile(Path(tokenizer_dir, name), out / name)
+    return copied
+
+
+def convert(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from safetensors.torch import save_file
+
+    started = time.monotonic()
+    weights_dir, out = job["weights_dir"], Path(job["out_dir"])
+    dtype_name, limit = job["dtype"], int(job["max_shard_bytes"])
+    dtype = getattr(torch, dtype_name)
+    metadata = read_metadata(weights_dir)
+    source_bytes = check_shards(weights_dir, metadata)
+    table = tensor_table(metadata)
+    config, expected, tied = architecture(job["config_dir"])
+    mapping = name_map(sorted(table), expected, tied)
+    got = {hf: table[ck][0] for hf, ck in mapping.items() if hf not in tied}
+    problem = describe_mismatch(expected, got, weights_dir, job["config_dir"])
+    if problem:
+        raise Failure(problem)
+    prepared = time.monotonic()
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(expected)  # the architecture's order: readable shards, embeddings first
+    shards = plan_shards(names, expected, BYTES[dtype_name], limit)
+    files = (
+        [SINGLE]
+        if len(shards) == 1
+        else [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    )
+    weight_map: dict[str, str] = {}
+    total = 0
+    for i, (shard, filename) in enumerate(zip(shards, files, strict=True), 1):
+        state = load(weights_dir, table, [mapping[k] for k in shard])
+        tensors = {k: cast(state.pop(mapping[k]), dtype) for k in shard}
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        save_file(tensors, str(out / filename), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, filename))
+        progress(f"shard {i}/{len(shards)}: {len(shard)} tensors -> {filename}")
+        del tensors, state
+    if len(files) > 1:  # the index and the shards it names are written together, never apart
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (out / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+    dropped = sorted(hf for hf in mapping if hf in tied)
+    for name in dropped:  # a tied copy that differs would change the model: refuse to drop it
+        pair = load(weights_dir, table, [mapping[name], mapping[tied[name]]])
+        if not torch.equal(pair[mapping[name]], pair[mapping[tied[name]]]):
+            raise Failure(
+                f"the config ties {name} to {tied[name]} (tie_word_embeddings) but the checkpoint's values differ: "
+                "use a config with tie_word_embeddings=false"
+            )
+    written = time.monotonic()
+
+    write_config(job["config_dir"], out, dtype_name)
+    write_generation_config(job["config_dir"], job["tokenizer_dir"], out, config)
+    tokenizer_files = copy_tokenizer(job["tokenizer_dir"], out)
+    summary = check_folder(str(out), dtype_name)
+    return {
+        **summary,
+        "dtype": dtype_name,
+        "source_bytes": source_bytes,
+        "source_dtypes": sorted({str(d).removeprefix("torch.") for _, d in table.values()}),
+        "key_prefix_stripped": any(hf != ck for hf, ck in mapping.items()),
+        "dropped_tied": dropped,
+        "ignored_non_tensors": len(metadata.state_dict_metadata) - len(table),
+        "tokenizer_files": tokenizer_files,
+        "files": sorted(os.listdir(out)),
+        "seconds": {
+            "check": round(prepared - started, 3),
+            "tensors": round(written - prepared, 3),
+            "validate": round(time.monotonic() - written, 3),
+        },
+        "pid": os.getpid(),
+    }
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    if len(argv) != 1:
+        raise Failure("usage: dcp_to_hf.py JOB.json")
+    return convert(json.loads(Path(argv[0]).read_text()))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    run_main(main)

