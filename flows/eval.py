@@ -26,14 +26,15 @@ import yaml
 from prefect import flow
 from prefect.context import FlowRunContext
 
-from envs.base import Env
+from envs.base import DatasetError, Env
 from envs.datasets import load_rows
 from envs.registry import get_env
 from flows.config import EvalConfig
 from tasks import store
 from tasks.analysis import analyze_task
 from tasks.cache import FileLockManager, lock_directory, lookup, result_storage
-from tasks.checkpoints.prepare import PreparedModel, prepare_model
+from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
 from tasks.logs import get_logger
 from tasks.progress import Progress
 from tasks.reports import format_terminal_summary, report_task
@@ -146,10 +147,52 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
     return [o for o in outcomes if isinstance(o, BatchResult)]
 
 
+def plan_run(config: EvalConfig) -> dict[str, Any]:
+    """What a run would do, starting nothing: no conversion, no server, no store writes.
+
+    Datasets are loaded and validated, the model source is located and hashed (memoised), and every
+    batch is looked up in the cache, so the numbers match what a real run then does.
+    """
+    benchmarks = load_benchmarks(config)
+    if config.server.mode == "managed":
+        model_plan = plan_model(config.model, config.server.runtime)
+        fingerprint = model_plan.get("fingerprint")
+    else:
+        name = config.model.served_name or config.model.source
+        model_plan = {"action": f"none: external server {config.server.base_url}", "served_name": name}
+        fingerprint = f"external:{name}"
+    storage = result_storage(config.store.url, config.store.storage_options, save=False)
+    work = plan(benchmarks, config, fingerprint, storage) if fingerprint else []
+    cached = [p for p in work if p.cached is not None]
+    total = sum(b.repeats * len(b.rows) for b in benchmarks)
+    to_generate = total - sum(p.batch.size for p in cached)
+    return {
+        "config": config.model_dump(mode="json"),
+        "model": model_plan,
+        "benchmarks": {b.name: {"prompts": len(b.rows), "repeats": b.repeats} for b in benchmarks},
+        "batches": {"total": len(work) or None, "cached": len(cached)},
+        "rollouts": {"total": total, "cached": total - to_generate, "to_generate": to_generate},
+        "would_start": (
+            "nothing: every batch is cached"
+            if not to_generate
+            else f"vLLM ({config.server.runtime}) for {model_plan.get('served_name')}"
+            if config.server.mode == "managed"
+            else f"requests to {config.server.base_url}"
+        ),
+    }
+
+
 @flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers], log_prints=True)
-async def eval_flow(config: EvalConfig) -> dict[str, Any]:
-    """Evaluate one model on the configured benchmarks and write the report."""
+async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]:
+    """Evaluate one model on the configured benchmarks and write the report.
+
+    With `dry_run`, report what would be converted, started and generated, and start nothing.
+    """
     logger = get_logger()
+    if dry_run:
+        summary = plan_run(config)
+        logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
+        return summary
     stages = Stages()
     run_id = new_run_id()
     run_dir = store.join(config.store.url, "runs", run_id)
@@ -304,12 +347,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.eval", description=__doc__)
     parser.add_argument("--config", help="YAML file with EvalConfig fields (default: all defaults)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sampling.temperature=0.6")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run (cache hits, rollouts) and exit")
     args = parser.parse_args(argv)
     try:
         config = resolve_config(args.config, args.overrides)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    if args.dry_run:  # no Prefect run either: nothing is started
+        try:
+            print(json.dumps(plan_run(config), indent=2, default=str))
+        except (CheckpointError, DatasetError) as exc:
+            print(f"dry run: {exc}", file=sys.stderr)
+            return 2
+        return 0
     # A SIGTERM (e.g. `kill`, a cancelled deployment run) unwinds through `finally`: server stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     asyncio.run(eval_flow(config))  # the flow logs the summary and the report paths

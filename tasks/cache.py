@@ -115,7 +115,9 @@ def results_url(store_url: str) -> str:
     return store.join(store_url, "cache", "batches")
 
 
-def result_storage(store_url: str, storage_options: dict[str, Any] | None = None) -> WritableFileSystem:
+def result_storage(
+    store_url: str, storage_options: dict[str, Any] | None = None, save: bool = True
+) -> WritableFileSystem:
     """The Prefect result storage for batch records, inside the run store (local or remote).
 
     Saved as a block named after the store URL (Prefect requires task result storage to be saved
@@ -129,7 +131,8 @@ def result_storage(store_url: str, storage_options: dict[str, Any] | None = None
         settings = {k: v for k, v in (storage_options or {}).items() if k not in SECRET_OPTIONS}
         block = RemoteFileSystem(basepath=url, settings=settings)
     name = "evalflow-results-" + hashlib.sha256(url.encode()).hexdigest()[:16]
-    block.save(name, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    if save:  # a dry run only reads records, which an unsaved block can do without the Prefect API
+        block.save(name, overwrite=True, _sync=True)  # type: ignore[call-arg]
     return block
 
 

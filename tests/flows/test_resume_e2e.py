@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from flows.config import EvalConfig
-from flows.eval import eval_flow
+from flows.eval import eval_flow, plan_run
 from tasks.server import Endpoint, VLLMServer
 from tests.conftest import FAST_START, REPO_ROOT
 from tests.faultproxy import FaultProxy, Faults
@@ -107,6 +107,9 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
     data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
     data["benchmarks"][0]["dataset"] = str(dataset)
 
+    planned = plan_run(EvalConfig.model_validate(data))  # --dry-run: starts nothing
+    assert planned["rollouts"] == {"total": 16, "cached": 0, "to_generate": 16}
+    assert proxy.counts.forwarded == 0
     first = run(data)
     assert first["batches"] == {"total": 4, "cached": 0}
 
@@ -121,6 +124,7 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
 
     rows[5]["question"] = rows[5]["question"].replace("?", " exactly?")
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert plan_run(EvalConfig.model_validate(data))["rollouts"]["to_generate"] == 4
     start = proxy.counts.forwarded
     edited = run(data)
     assert edited["batches"] == {"total": 4, "cached": 3}
