@@ -9,7 +9,9 @@ per-prompt difficulty, parse errors, length stops, a few request errors) and a t
 (multi-turn transcripts with 0-10 tool calls, rewards of -0.1 per action and +10 per cleared row),
 written as 20 parquet batch files through tasks.store. The measured work runs in a fresh child
 process, so the peak RSS (ru_maxrss) is the analysis's own, not the generator's. Goal on the
-2-core dev machine: under 15 s and under 2 GB.
+2-core dev machine: under 15 s and under 2 GB. CPU seconds (user + sys) are printed next to wall
+times, with the machine's CPU pressure: on a shared machine the wall times grow with other load,
+the CPU seconds do not (DuckDB uses both cores, so an idle machine needs about half of them).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import io
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -219,13 +222,25 @@ def generate(store_url: str, prompts: int, repeats: int, files: int) -> list[str
     return urls
 
 
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def worker(store_url: str, files: list[str]) -> dict[str, Any]:
-    """The measured work (in a fresh process): metrics, report, index; returns timings and peak RSS."""
-    started = time.perf_counter()
+    """The measured work (in a fresh process): metrics, report, index; returns wall and CPU seconds
+    per phase and the peak RSS."""
+    timings: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+
+    def phase(name: str, started: float, cpu_started: float) -> None:
+        timings[name], cpu[name] = time.perf_counter() - started, _cpu() - cpu_started
+
+    t0, c0 = time.perf_counter(), _cpu()
     from tasks.analysis import compute_metrics
     from tasks.reports import write_report
 
-    timings = {"import": time.perf_counter() - started}
+    phase("import", t0, c0)
     run_dir = store.join(store_url, "runs", RUN_ID)
     run_info = {
         "run_id": RUN_ID,
@@ -236,27 +251,38 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
         "finished_at": "2025-06-01T02:00:00+00:00",
         "config": {},
     }
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu()
     metrics = compute_metrics(files)
-    timings["compute_metrics"] = time.perf_counter() - t
-    t = time.perf_counter()
+    phase("compute_metrics", t, c)
+    t, c = time.perf_counter(), _cpu()
     urls = write_report(run_dir, metrics, run_info, files)
-    timings["write_report"] = time.perf_counter() - t
+    phase("write_report", t, c)
     try:
         from tasks.index import index_entry, update_index
     except ImportError:  # older trees without the run index
         pass
     else:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _cpu()
         update_index(store_url, index_entry(run_info, metrics, urls, store_url))
-        timings["update_index"] = time.perf_counter() - t
-    timings["total"] = time.perf_counter() - started
+        phase("update_index", t, c)
+    phase("total", t0, c0)
     return {
         "timings": timings,
+        "cpu": cpu,
+        "cpu_s": _cpu(),
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "urls": urls,
         "rollouts": metrics["total_rollouts"],
     }
+
+
+def _cpu_pressure() -> str:
+    """How much other work competed for the CPU (Linux PSI), to read the wall times against."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "n/a"
+    return line.split()[1].split("=")[1] + "% of the last 10 s some task waited for a CPU"
 
 
 def _size(path: str) -> str:
@@ -291,20 +317,26 @@ def main() -> None:
         sys.exit(f"worker failed:\n{proc.stderr}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     urls = result["urls"]
+    timings = result["timings"]
+    work = timings["compute_metrics"] + timings["write_report"] + timings.get("update_index", 0.0)
     rows = [
         (
             "rollouts",
             f"{result['rollouts']:,} in {len(files)} files ({data:.0f} MiB parquet, generated in {generated:.1f} s)",
         ),
-        *[(f"{k} (s)", f"{v:.2f}") for k, v in result["timings"].items()],
-        ("peak RSS (child)", f"{result['max_rss_mib']:.0f} MiB"),
+        *[(f"{k} (s)", f"{v:6.2f} wall, {result['cpu'][k]:6.2f} CPU") for k, v in timings.items()],
+        ("analysis + report (s)", f"{work:.2f}  (goal < 15 s; 'total' adds the imports)"),
+        ("CPU pressure (avg10)", _cpu_pressure()),
+        ("peak RSS (child)", f"{result['max_rss_mib']:.0f} MiB  (goal < 2,048 MiB)"),
         ("report.html", _size(urls["html"])),
         ("metrics.json", _size(urls["metrics"])),
         ("report.md", _size(urls["markdown"])),
     ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in rows))
-    print(f"store: {store_url}" + ("" if args.keep else " (temporary)"))
+    print(f"store: {store_url}" + ("" if args.keep else " (removed)"))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

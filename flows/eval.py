@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from prefect import flow
 from prefect.context import FlowRunContext
+from prefect.runtime import deployment as prefect_deployment
 
 from envs.base import DatasetError, Env
 from envs.datasets import load_rows
@@ -35,6 +36,7 @@ from tasks.analysis import analyze_task
 from tasks.cache import FileLockManager, lock_directory, lookup, result_storage
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
+from tasks.compare import baseline_comparison
 from tasks.logs import get_logger
 from tasks.progress import Progress
 from tasks.reports import format_terminal_summary, report_task
@@ -285,8 +287,11 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             "finished_at": datetime.now(UTC).isoformat(),
             "config": config.model_dump(mode="json"),  # SecretStr dumps as '**********'
             "timings": stages.seconds,
+            "deployment": prefect_deployment.name,  # None outside a deployment run
         }
-        urls = report_task(run_dir, metrics, run_info, files, opts)
+        # the latest earlier run of the same deployment (or run name) with these benchmarks
+        comparison = baseline_comparison(config.store.url, metrics, run_info, opts)
+        urls = report_task(run_dir, metrics, run_info, files, opts, comparison=comparison, store_url=config.store.url)
     summary = format_terminal_summary(metrics, urls)
     logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)
     return {
@@ -295,6 +300,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         "reports": urls,
         "timings_s": stages.seconds,
         "metrics": metrics,
+        "comparison": comparison,
         "batches": {"total": len(work), "cached": len(work) - len(missing)},
         "server": server_info,
     }

@@ -1,7 +1,10 @@
 """Run metrics: DuckDB SQL over a run's batch parquet files, and nothing else.
 
 Every number in a report comes from here, computed from the rollout records (tasks/records.py), so
-a report can always be recomputed from the files. Conventions that matter for reading the numbers:
+a report can always be recomputed from the files. The heavy lifting (deduplication, per-prompt and
+per-answer aggregation, histograms) happens in SQL; Python only shapes a few thousand result rows.
+
+Conventions that matter for reading the numbers:
 
 - An errored rollout (``error`` not null) is a failure with reward 0, whatever its row says.
 - Rows repeating a (benchmark, prompt_id, repeat) (e.g. a stale batch file left beside its rerun)
@@ -15,15 +18,60 @@ a report can always be recomputed from the files. Conventions that matter for re
 - ``info_rates`` averages every top-level boolean key of the ``info`` JSON; errored rollouts count
   as false, completed rollouts lacking the key do not count.
 - ``reward.std`` is the population standard deviation.
+
+Confidence intervals (all 95%, in ``ci``):
+
+- Rates use the Wilson score interval. ``accuracy``, ``parse_error_rate``, ``error_rate`` and the
+  info rates are rates over rollouts (n = rollouts), which treats a prompt's repeats as independent
+  and so understates the uncertainty when there are few prompts. ``pass_at_k``/``maj_at_k`` are
+  rates over prompts (n = prompts with >= k repeats; each prompt contributes a value in [0, 1]
+  whose variance is at most p(1-p), so the Wilson interval over prompts is conservative). With
+  equal repeats, pass@1 equals accuracy, and its interval is the one that respects the clustering.
+- Mean reward uses a seeded percentile bootstrap that resamples *prompts* (with all their rollouts)
+  rather than rollouts, because the rollouts of one prompt are correlated: resampling them
+  independently would give a too-narrow interval. Fewer than 2 prompts give no interval (null).
+
+metrics.json (schema_version 2; tasks/reports.py adds ``run_info`` and, with a baseline, ``comparison``)::
+
+    schema_version: 2, total_rollouts: int, duplicate_rollouts: int,
+    benchmarks: {<name>: {
+      n_prompts, n_rollouts, successes, repeats: {min, max},
+      accuracy, mean_reward, parse_error_rate, error_count, error_rate,
+      pass_at_k: {"<k>": rate | null}, maj_at_k: {"<k>": rate | null},   # k = 1, 2, 4, ... and n
+      ci: {level: 0.95,
+           accuracy | parse_error_rate | error_rate: {low, high, n, method: "wilson"},
+           pass_at_k | maj_at_k: {"<k>": {low, high, n, method: "wilson"}},
+           info_rates: {<key>: {low, high, n, method: "wilson"}},
+           mean_reward: {low, high, n (prompts), method: "bootstrap-prompts", resamples, seed}},
+      reward: {min, max, mean, median, std, mode, mode_share},
+      reward_values: {distinct, truncated, values: [[value (rounded to 6 places), count], ...]},
+      distributions: {reward | prompt_tokens | completion_tokens | latency_s:
+                      {count, mean, quantiles: {min, p5, p25, p50, p75, p95, p99, max},
+                       histogram: {edges: [b0, ..., bN], counts: [c1, ..., cN]}} | null},
+      prompt_outcomes: {never_succeed: {count, ids}, always_succeed: {count, ids}, mixed: {count}},
+      errors: {<first line of the error, up to ': '>: count}, finish_reasons: {<reason | "none">: count},
+      tokens: {prompt_mean, prompt_total, completion_mean, completion_total},
+      latency_s: {p50, p90, p99, mean, max},
+      tool_calls: {mean, min, max, total, reward_corr},
+      reward_by_tool_calls: [{tool_calls, n, mean_reward, success_rate}],
+      per_prompt: [{prompt_id, n, successes, success_rate, mean_reward, reference, top_answer}],
+      info_rates: {<key>: rate}}}
+
+Floats are rounded to 12 significant digits (parallel float sums differ in their last bits from
+scan to scan; rounded, the same rollouts always give identical metrics). Histograms have
+``HISTOGRAM_BINS`` equal-width bins from min to max (integer-wide for token
+counts); ``reward_values`` keeps the ``MAX_REWARD_VALUES`` most common values when there are more.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from decimal import Decimal
 from typing import Any
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from prefect import get_run_logger, task
@@ -32,7 +80,22 @@ from prefect.cache_policies import NO_CACHE
 from tasks import store
 from tasks.records import ROLLOUT_SCHEMA
 
-METRICS_SCHEMA_VERSION = 1
+METRICS_SCHEMA_VERSION = 2
+CI_LEVEL = 0.95
+Z_95 = 1.959963984540054
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+HISTOGRAM_BINS = 30
+FLOAT_DIGITS = 12  # significant digits kept in metrics (see _rounded)
+MAX_REWARD_VALUES = 1000
+QUANTILES = {"min": 0.0, "p5": 0.05, "p25": 0.25, "p50": 0.5, "p75": 0.75, "p95": 0.95, "p99": 0.99, "max": 1.0}
+DISTRIBUTION_COLUMNS = {  # name in metrics -> SQL expression (over the deduplicated rollouts)
+    "reward": "eff_reward",
+    "prompt_tokens": "prompt_tokens",
+    "completion_tokens": "completion_tokens",
+    "latency_s": "latency_s",
+}
+_INTEGER_COLUMNS = {"prompt_tokens", "completion_tokens"}
 
 # Columns the metrics need; the big text columns (messages, transcript, completion) stay on disk.
 _METRIC_COLUMNS = (
@@ -79,6 +142,48 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def wilson_interval(rate: float | None, n: int, z: float = Z_95) -> tuple[float | None, float | None]:
+    """Wilson score interval for a rate observed over n trials (None when n is 0 or the rate unknown)."""
+    if rate is None or n <= 0:
+        return None, None
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (rate + z2 / (2 * n)) / denom
+    half = z * math.sqrt(max(rate * (1.0 - rate), 0.0) / n + z2 / (4 * n * n)) / denom
+    low = 0.0 if rate <= 0.0 else max(0.0, center - half)
+    high = 1.0 if rate >= 1.0 else min(1.0, center + half)
+    return low, high
+
+
+def wilson(rate: float | None, n: int) -> dict[str, Any]:
+    low, high = wilson_interval(rate, n)
+    return {"low": low, "high": high, "n": n, "method": "wilson"}
+
+
+def bootstrap_mean_ci(
+    sums: np.ndarray,
+    counts: np.ndarray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = CI_LEVEL,
+) -> tuple[float | None, float | None]:
+    """Percentile bootstrap of sum(sums)/sum(counts), resampling clusters (prompts) with replacement."""
+    n = len(sums)
+    if n < 2:
+        return None, None
+    rng = np.random.default_rng(seed)
+    sums, counts = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    stats = np.empty(resamples)
+    chunk = max(1, 2_000_000 // n)  # bounded memory: chunk x n indices at a time
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        stats[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def _clean(value: Any) -> Any:
     """Make a DuckDB value JSON-safe: Decimal -> float, NaN/inf -> None."""
     if isinstance(value, Decimal):
@@ -101,6 +206,10 @@ def _by_benchmark(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     for row in rows:
         out.setdefault(row.pop("benchmark"), []).append(row)
     return out
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,38 +239,42 @@ def connect(files: list[str], storage_options: dict[str, Any] | None = None) -> 
     return con
 
 
+def _read_error(files: list[str], exc: Exception) -> store.StoreError:
+    shown = ", ".join(files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+    return store.StoreError(f"cannot read rollout files {shown}: {type(exc).__name__}: {exc}")
+
+
 def _load(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
-    """Materialise the deduplicated `rollouts` table (one parquet scan); returns duplicates dropped."""
-    cols = ", ".join(f'"{c}"' for c in _METRIC_COLUMNS)
-    con.execute(
-        f"CREATE TEMP TABLE raw AS SELECT {cols} FROM read_parquet($files, union_by_name = true)",
-        {"files": [_duckdb_path(f) for f in files]},
-    )
-    con.execute(
-        """
-        CREATE TEMP TABLE rollouts AS
-        SELECT *,
-               CASE WHEN error IS NULL THEN reward ELSE 0.0 END AS eff_reward,
-               coalesce(success AND error IS NULL, false) AS ok
-        FROM raw
-        QUALIFY row_number() OVER (
-            PARTITION BY benchmark, prompt_id, repeat ORDER BY created_at DESC) = 1
-        """
-    )
-    # pos: 1-based position of a rollout among its prompt's repeats; n: the prompt's repeat count.
-    con.execute(
-        """
-        CREATE TEMP VIEW ranked AS
-        SELECT *,
-               row_number() OVER (PARTITION BY benchmark, prompt_id ORDER BY repeat) AS pos,
-               count(*) OVER (PARTITION BY benchmark, prompt_id) AS n
-        FROM rollouts
-        """
-    )
-    (raw_n,) = con.execute("SELECT count(*) FROM raw").fetchone()
-    (kept_n,) = con.execute("SELECT count(*) FROM rollouts").fetchone()
-    con.execute("DROP TABLE raw")
-    return raw_n - kept_n
+    """Materialise the deduplicated `rollouts` table in one scan + one window; returns duplicates dropped.
+
+    The window orders each prompt's rows by (repeat, newest first): a row whose predecessor has the
+    same repeat is a stale duplicate, and dense_rank() is the 1-based position among the kept repeats.
+    """
+    cols = ", ".join(f'"{c}"' for c in _METRIC_COLUMNS if c != "created_at")
+    try:
+        con.execute(
+            f"""
+            CREATE TEMP TABLE rollouts AS
+            SELECT * EXCLUDE (prev_repeat),
+                   CASE WHEN error IS NULL THEN reward ELSE 0.0 END AS eff_reward,
+                   coalesce(success AND error IS NULL, false) AS ok
+            FROM (
+                SELECT {cols}, dense_rank() OVER w AS pos, lag(repeat) OVER w AS prev_repeat
+                FROM read_parquet($files, union_by_name = true)
+                WINDOW w AS (PARTITION BY benchmark, prompt_id ORDER BY repeat, created_at DESC)
+            )
+            WHERE prev_repeat IS DISTINCT FROM repeat
+            """,
+            {"files": [_duckdb_path(f) for f in files]},
+        )
+        (kept,) = con.execute("SELECT count(*) FROM rollouts").fetchone()
+        (raw,) = con.execute(
+            "SELECT count(*) FROM read_parquet($files, union_by_name = true)",
+            {"files": [_duckdb_path(f) for f in files]},
+        ).fetchone()  # parquet metadata only
+    except (duckdb.Error, OSError) as exc:
+        raise _read_error(files, exc) from exc
+    return raw - kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,21 +312,21 @@ GROUP BY benchmark
 ORDER BY benchmark
 """
 
-_REPEATS_SQL = """
-SELECT benchmark, min(n) AS min, max(n) AS max
-FROM (SELECT benchmark, prompt_id, count(*) AS n FROM rollouts GROUP BY ALL)
-GROUP BY benchmark
+# One row per prompt (a few thousand rows: the per-prompt table, pass@k and the bootstrap use it).
+_PROMPTS_SQL = """
+CREATE TEMP TABLE prompts AS
+SELECT benchmark, prompt_id, count(*) AS n, sum(ok::INT) AS successes, avg(ok::DOUBLE) AS success_rate,
+       avg(eff_reward) AS mean_reward, sum(eff_reward) AS reward_sum, min(reference) AS reference
+FROM rollouts GROUP BY ALL
 """
 
-# Rewards are sums of float steps (-0.1 each in Tetris): round before counting the mode.
-_REWARD_MODE_SQL = """
-SELECT benchmark, value AS mode, votes / total AS mode_share
-FROM (
-    SELECT benchmark, round(eff_reward, 6) AS value, count(*)::DOUBLE AS votes,
-           sum(count(*)) OVER (PARTITION BY benchmark) AS total
-    FROM rollouts GROUP BY benchmark, value
-)
-QUALIFY row_number() OVER (PARTITION BY benchmark ORDER BY votes DESC, value) = 1
+# Rewards are sums of float steps (-0.1 each in Tetris): round before counting values.
+_REWARD_VALUES_SQL = """
+SELECT benchmark, round(eff_reward, 6) AS value, count(*) AS count,
+       count(*) OVER (PARTITION BY benchmark) AS distinct_values
+FROM rollouts GROUP BY benchmark, value
+QUALIFY row_number() OVER (PARTITION BY benchmark ORDER BY count DESC, value) <= $cap
+ORDER BY benchmark, value
 """
 
 _BY_TOOL_CALLS_SQL = """
@@ -233,130 +346,272 @@ SELECT benchmark, left(split_part(split_part(error, chr(10), 1), ': ', 1), 80) A
 FROM rollouts WHERE error IS NOT NULL GROUP BY ALL ORDER BY benchmark, count DESC, key
 """
 
-_INFO_RATES_SQL = """
-WITH keys AS (
-    SELECT benchmark, info, key, '/' || replace(replace(key, '~', '~0'), '/', '~1') AS ptr
-    FROM rollouts, unnest(json_keys(info)) AS u(key)
-    WHERE error IS NULL AND json_valid(info) AND json_type(info) = 'OBJECT'
-), bools AS (
-    SELECT benchmark, key, json_extract_string(info, ptr) = 'true' AS value
-    FROM keys WHERE json_type(info, ptr) = 'BOOLEAN'
-), errs AS (
-    SELECT benchmark, count(error) AS errors FROM rollouts GROUP BY benchmark
-)
-SELECT bools.benchmark, key, sum(value::INT) / (count(*) + any_value(errs.errors)) AS rate
-FROM bools JOIN errs USING (benchmark)
+# Which top-level keys exist per benchmark (one JSON parse per row); their values come next. Rows
+# whose info is not valid JSON show up as the key _INVALID_INFO (so the next pass can skip them).
+_INVALID_INFO = "\x00invalid"
+_INFO_KEYS_SQL = f"""
+SELECT benchmark, key
+FROM (SELECT benchmark, unnest(coalesce(try(json_keys(info)), ['{_INVALID_INFO}'])) AS key
+      FROM rollouts WHERE error IS NULL)
 GROUP BY ALL ORDER BY ALL
 """
 
-# Majority answer over all of a prompt's repeats (same tie rule as maj@k).
+
+def _json_path(key: str) -> str:
+    """A JSON pointer for a top-level key (any characters, '~' and '/' escaped)."""
+    return "/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _info_rates(con: duckdb.DuckDBPyConnection, errors: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per benchmark: key -> (trues, rollouts counted) for every key that is boolean somewhere.
+
+    All keys of a benchmark are extracted with one multi-path json_extract (one parse per row); a
+    value counts when its JSON text is exactly true/false (a string "true" is '"true"'). Errored
+    rollouts count as false (they are added to the denominator).
+    """
+    keys: dict[str, list[str]] = {}
+    for row in _rows(con, _INFO_KEYS_SQL):
+        keys.setdefault(row["benchmark"], []).append(row["key"])
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for bench, names in keys.items():
+        guard = " AND json_valid(info)" if _INVALID_INFO in names else ""
+        names = [k for k in names if k != _INVALID_INFO]
+        if not names:
+            continue
+        paths = "[" + ", ".join(_sql_string(_json_path(k)) for k in names) + "]"
+        aggs = ", ".join(
+            f"sum((v[{i}] = 'true')::INT) AS t{i}, sum((v[{i}] IN ('true', 'false'))::INT) AS b{i}"
+            for i in range(1, len(names) + 1)
+        )
+        sql = f"""
+            SELECT {aggs} FROM (
+                SELECT json_extract(info, {paths})::VARCHAR[] AS v FROM rollouts
+                WHERE benchmark = $bench AND error IS NULL{guard})
+        """
+        (row,) = con.execute(sql, {"bench": bench}).fetchall()
+        rates = {}
+        for i, key in enumerate(names):
+            trues, booleans = row[2 * i] or 0, row[2 * i + 1] or 0
+            if booleans:
+                rates[key] = (int(trues), int(booleans) + errors.get(bench, 0))
+        out[bench] = rates
+    return out
+
+
+def _votes_sql(ks: list[int]) -> tuple[str, str]:
+    """SQL for the per-(prompt, answer) votes and the per-prompt maj@k winners, for all ks at once.
+
+    votes: one row per distinct non-null answer of a prompt with its vote count among the first k
+    repeats (one column per k), its first position, and whether it is correct. winners: per prompt,
+    arg_max over answers of (votes desc, first position asc), its correctness per k and overall.
+    """
+    vote_cols = ", ".join(f"count(*) FILTER (WHERE r.pos <= {k}) AS v_{k}" for k in ks)
+    votes = f"""
+        CREATE TEMP TABLE votes AS
+        SELECT r.benchmark, r.prompt_id, r.parsed_answer AS answer, min(r.pos) AS first_pos, count(*) AS votes,
+               {vote_cols},
+               coalesce(bool_or(r.ok) OR trim(r.parsed_answer) = trim(any_value(p.reference)), false) AS correct
+        FROM rollouts r JOIN prompts p USING (benchmark, prompt_id)
+        WHERE r.parsed_answer IS NOT NULL
+        GROUP BY r.benchmark, r.prompt_id, r.parsed_answer
+    """
+    big = 1_000_000_000  # votes * big - first_pos orders by votes, then earliest answer
+    win_cols = ", ".join(f"arg_max(correct, v_{k} * {big} - first_pos) FILTER (WHERE v_{k} > 0) AS m_{k}" for k in ks)
+    winners = f"""
+        CREATE TEMP TABLE winners AS
+        SELECT benchmark, prompt_id, arg_max(answer, votes * {big} - first_pos) AS top_answer, {win_cols}
+        FROM votes GROUP BY benchmark, prompt_id
+    """
+    return votes, winners
+
+
+def _maj_at_ks(con: duckdb.DuckDBPyConnection, ks_by_bench: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+    """maj@k and the number of prompts it averages over, per benchmark and k; creates `winners`."""
+    ks = sorted({k for ks in ks_by_bench.values() for k in ks}) or [1]
+    votes, winners = _votes_sql(ks)
+    con.execute(votes)
+    con.execute(winners)
+    cols = ", ".join(
+        f"avg(CASE WHEN p.n >= {k} THEN coalesce(w.m_{k}, false)::DOUBLE END) AS maj_{k}, "
+        f"count(*) FILTER (WHERE p.n >= {k}) AS eligible_{k}"
+        for k in ks
+    )
+    sql = f"SELECT p.benchmark, {cols} FROM prompts p LEFT JOIN winners w USING (benchmark, prompt_id) GROUP BY ALL"
+    out: dict[str, dict[str, Any]] = {}
+    for row in _rows(con, sql):
+        bench = row["benchmark"]
+        out[bench] = {str(k): (row[f"maj_{k}"], row[f"eligible_{k}"]) for k in ks_by_bench.get(bench, [])}
+    return out
+
+
 _PER_PROMPT_SQL = """
-WITH votes AS (
-    SELECT benchmark, prompt_id, parsed_answer AS answer, count(*) AS votes, min(pos) AS first_pos
-    FROM ranked WHERE parsed_answer IS NOT NULL GROUP BY ALL
-), top AS (
-    SELECT benchmark, prompt_id, answer FROM votes
-    QUALIFY row_number() OVER (PARTITION BY benchmark, prompt_id ORDER BY votes DESC, first_pos) = 1
-)
-SELECT r.benchmark, r.prompt_id, count(*) AS n, sum(r.ok::INT) AS successes,
-       avg(r.ok::DOUBLE) AS success_rate, avg(r.eff_reward) AS mean_reward,
-       min(r.reference) AS reference, any_value(top.answer) AS top_answer
-FROM rollouts r LEFT JOIN top USING (benchmark, prompt_id)
-GROUP BY r.benchmark, r.prompt_id
-ORDER BY r.benchmark, r.prompt_id
+SELECT p.benchmark, p.prompt_id, p.n, p.successes, p.success_rate, p.mean_reward, p.reward_sum,
+       p.reference, w.top_answer
+FROM prompts p LEFT JOIN winners w USING (benchmark, prompt_id)
+ORDER BY p.benchmark, p.prompt_id
 """
 
-_MAJ_AT_K_SQL = """
-WITH eligible AS (
-    SELECT r.benchmark, ks.k, r.prompt_id, r.pos, r.parsed_answer, r.reference
-    FROM ranked r JOIN ks ON r.benchmark = ks.benchmark AND r.n >= ks.k AND r.pos <= ks.k
-), votes AS (
-    SELECT benchmark, k, prompt_id, parsed_answer AS answer, count(*) AS votes, min(pos) AS first_pos
-    FROM eligible WHERE parsed_answer IS NOT NULL GROUP BY ALL
-), winners AS (
-    SELECT * FROM votes
-    QUALIFY row_number() OVER (PARTITION BY benchmark, k, prompt_id ORDER BY votes DESC, first_pos) = 1
-), prompts AS (
-    SELECT benchmark, k, prompt_id, min(reference) AS reference FROM eligible GROUP BY ALL
-), judged_correct AS (
-    SELECT DISTINCT benchmark, prompt_id, parsed_answer AS answer
-    FROM rollouts WHERE ok AND parsed_answer IS NOT NULL
-)
-SELECT p.benchmark, p.k,
-       avg(CASE WHEN w.answer IS NULL THEN 0.0
-                WHEN trim(w.answer) = trim(p.reference) OR j.answer IS NOT NULL THEN 1.0
-                ELSE 0.0 END) AS maj
-FROM prompts p
-LEFT JOIN winners w USING (benchmark, k, prompt_id)
-LEFT JOIN judged_correct j
-       ON j.benchmark = p.benchmark AND j.prompt_id = p.prompt_id AND j.answer = w.answer
-GROUP BY p.benchmark, p.k
-ORDER BY p.benchmark, p.k
-"""
+
+def _distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    """Quantiles and equal-width histograms of rewards, tokens and latency, per benchmark."""
+    qs = "[" + ", ".join(str(q) for q in QUANTILES.values()) + "]"
+    stats_cols = ", ".join(
+        f"count({expr}) AS {name}_n, avg({expr}) AS {name}_mean, quantile_cont({expr}, {qs}) AS {name}_q"
+        for name, expr in DISTRIBUTION_COLUMNS.items()
+    )
+    stats = {
+        row.pop("benchmark"): row for row in _rows(con, f"SELECT benchmark, {stats_cols} FROM rollouts GROUP BY ALL")
+    }
+    out: dict[str, dict[str, Any]] = {bench: {} for bench in stats}
+    for name, expr in DISTRIBUTION_COLUMNS.items():
+        bins: dict[str, tuple[float, float, int]] = {}
+        for bench, row in stats.items():
+            if not row[f"{name}_n"]:
+                out[bench][name] = None
+                continue
+            lo, hi = row[f"{name}_q"][0], row[f"{name}_q"][-1]
+            if name in _INTEGER_COLUMNS:
+                width = float(max(1, math.ceil((hi - lo + 1) / HISTOGRAM_BINS)))
+                count = max(1, math.ceil((hi - lo + 1) / width))
+            else:
+                count = HISTOGRAM_BINS if hi > lo else 1
+                width = (hi - lo) / count if hi > lo else 1.0
+            bins[bench] = (lo, width, count)
+            out[bench][name] = {
+                "count": row[f"{name}_n"],
+                "mean": row[f"{name}_mean"],
+                "quantiles": dict(zip(QUANTILES, row[f"{name}_q"], strict=True)),
+                "histogram": {"edges": [lo + i * width for i in range(count + 1)], "counts": [0] * count},
+            }
+        if not bins:
+            continue
+        table = pa.table(
+            {
+                "benchmark": list(bins),
+                "lo": [b[0] for b in bins.values()],
+                "width": [b[1] for b in bins.values()],
+                "nbins": [b[2] for b in bins.values()],
+            }
+        )
+        con.register("bins", table)
+        try:
+            rows = con.execute(
+                f"""
+                SELECT r.benchmark, least(floor((r.{expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin,
+                       count(*) AS count
+                FROM rollouts r JOIN bins b USING (benchmark)
+                WHERE r.{expr} IS NOT NULL GROUP BY ALL
+                """
+            ).fetchall()
+        finally:
+            con.unregister("bins")
+        for bench, index, count in rows:
+            out[bench][name]["histogram"]["counts"][int(index)] = int(count)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Shaping query results into the metrics dict
 
 
-def _pass_at_ks(per_prompt: list[dict[str, Any]], ks: list[int]) -> dict[str, float | None]:
-    """Average the per-prompt estimator over prompts with enough repeats for each k."""
-    out: dict[str, float | None] = {}
+def _pass_at_ks(per_prompt: list[dict[str, Any]], ks: list[int]) -> dict[str, tuple[float | None, int]]:
+    """Average the per-prompt estimator over prompts with enough repeats; (value, prompts) per k.
+
+    Prompts are grouped by (n, c) first: thousands of prompts share a few hundred pairs.
+    """
+    pairs = Counter((p["n"], p["successes"]) for p in per_prompt)
+    out: dict[str, tuple[float | None, int]] = {}
     for k in ks:
-        values = [pass_at_k(p["n"], p["successes"], k) for p in per_prompt if p["n"] >= k]
-        out[str(k)] = sum(values) / len(values) if values else None
+        eligible = [(n, c, m) for (n, c), m in pairs.items() if n >= k]
+        total = sum(m for _, _, m in eligible)
+        value = sum(pass_at_k(n, c, k) * m for n, c, m in eligible) / total if total else None
+        out[str(k)] = (value, total)
     return out
 
 
-def _maj_at_ks(con: duckdb.DuckDBPyConnection, ks_by_bench: dict[str, list[int]]) -> dict[str, dict]:
-    pairs = [(b, k) for b, ks in ks_by_bench.items() for k in ks]
-    ks_table = pa.table(
-        {"benchmark": [b for b, _ in pairs], "k": [k for _, k in pairs]},
-        schema=pa.schema([("benchmark", pa.string()), ("k", pa.int64())]),
-    )
-    con.register("ks", ks_table)
-    try:
-        rows = _rows(con, _MAJ_AT_K_SQL)
-    finally:
-        con.unregister("ks")
-    out: dict[str, dict[str, float | None]] = {b: {str(k): None for k in ks} for b, ks in ks_by_bench.items()}
-    for row in rows:
-        out[row["benchmark"]][str(row["k"])] = row["maj"]
-    return out
+def _prompt_outcomes(per_prompt: list[dict[str, Any]]) -> dict[str, Any]:
+    never = [p["prompt_id"] for p in per_prompt if p["successes"] == 0]
+    always = [p["prompt_id"] for p in per_prompt if p["successes"] == p["n"]]
+    return {
+        "never_succeed": {"count": len(never), "ids": never},
+        "always_succeed": {"count": len(always), "ids": always},
+        "mixed": {"count": len(per_prompt) - len(never) - len(always)},
+    }
+
+
+def _reward_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    distinct = rows[0]["distinct_values"] if rows else 0
+    return {
+        "distinct": distinct,
+        "truncated": distinct > len(rows),
+        "values": [[r["value"], r["count"]] for r in rows],
+    }
 
 
 def _counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     return {row["key"]: row["count"] for row in rows}
 
 
-def _benchmark_metrics(
+def _cis(
     ov: dict[str, Any],
-    repeats: dict[str, Any],
-    mode: dict[str, Any],
+    passk: dict[str, tuple[float | None, int]],
+    maj: dict[str, tuple[float | None, int]],
+    info: dict[str, tuple[int, int]],
     per_prompt: list[dict[str, Any]],
-    maj: dict[str, float | None],
-    extras: dict[str, Any],
 ) -> dict[str, Any]:
-    ks = ks_for(repeats["max"])
-    p50, p90, p99 = ov["latency_q"] or (None, None, None)
+    n = ov["n_rollouts"]
+    low, high = bootstrap_mean_ci(
+        np.array([p["reward_sum"] for p in per_prompt]), np.array([p["n"] for p in per_prompt])
+    )
     return {
+        "level": CI_LEVEL,
+        "accuracy": wilson(ov["accuracy"], n),
+        "parse_error_rate": wilson(ov["parse_error_rate"], n),
+        "error_rate": wilson(ov["error_rate"], n),
+        "pass_at_k": {k: wilson(v, m) for k, (v, m) in passk.items()},
+        "maj_at_k": {k: wilson(v, m) for k, (v, m) in maj.items()},
+        "info_rates": {key: wilson(t / b, b) for key, (t, b) in info.items()},
+        "mean_reward": {
+            "low": low,
+            "high": high,
+            "n": len(per_prompt),
+            "method": "bootstrap-prompts",
+            "resamples": BOOTSTRAP_RESAMPLES,
+            "seed": BOOTSTRAP_SEED,
+        },
+    }
+
+
+def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], extras: dict[str, Any]) -> dict[str, Any]:
+    repeats = {"min": min(p["n"] for p in per_prompt), "max": max(p["n"] for p in per_prompt)}
+    ks = ks_for(repeats["max"])
+    passk = _pass_at_ks(per_prompt, ks)
+    maj = extras["maj"]
+    values = extras["reward_values"]
+    mode = max(values["values"], key=lambda v: (v[1], -v[0]), default=None)
+    p50, p90, p99 = ov["latency_q"] or (None, None, None)
+    metrics = {
         "n_prompts": ov["n_prompts"],
         "n_rollouts": ov["n_rollouts"],
         "successes": ov["successes"],
-        "repeats": {"min": repeats["min"], "max": repeats["max"]},
+        "repeats": repeats,
         "accuracy": ov["accuracy"],
         "mean_reward": ov["mean_reward"],
-        "pass_at_k": _pass_at_ks(per_prompt, ks),
-        "maj_at_k": maj,
+        "pass_at_k": {k: v for k, (v, _) in passk.items()},
+        "maj_at_k": {k: v for k, (v, _) in maj.items()},
+        "ci": _cis(ov, passk, maj, extras["info"], per_prompt),
         "reward": {
             "min": ov["reward_min"],
             "max": ov["reward_max"],
             "mean": ov["mean_reward"],
             "median": ov["reward_median"],
             "std": ov["reward_std"],
-            "mode": mode.get("mode"),
-            "mode_share": mode.get("mode_share"),
+            "mode": mode[0] if mode else None,
+            "mode_share": mode[1] / ov["n_rollouts"] if mode else None,
         },
+        "reward_values": values,
+        "distributions": extras["distributions"],
+        "prompt_outcomes": _prompt_outcomes(per_prompt),
         "parse_error_rate": ov["parse_error_rate"],
         "error_count": ov["error_count"],
         "error_rate": ov["error_rate"],
@@ -368,13 +623,7 @@ def _benchmark_metrics(
             "completion_mean": ov["completion_mean"],
             "completion_total": ov["completion_total"],
         },
-        "latency_s": {
-            "p50": p50,
-            "p90": p90,
-            "p99": p99,
-            "mean": ov["latency_mean"],
-            "max": ov["latency_max"],
-        },
+        "latency_s": {"p50": p50, "p90": p90, "p99": p99, "mean": ov["latency_mean"], "max": ov["latency_max"]},
         "tool_calls": {
             "mean": ov["tool_calls_mean"],
             "min": ov["tool_calls_min"],
@@ -383,9 +632,10 @@ def _benchmark_metrics(
             "reward_corr": ov["tool_calls_reward_corr"],
         },
         "reward_by_tool_calls": extras["by_tool_calls"],
-        "per_prompt": per_prompt,
-        "info_rates": extras["info_rates"],
+        "per_prompt": [{k: v for k, v in p.items() if k != "reward_sum"} for p in per_prompt],
+        "info_rates": {key: t / b for key, (t, b) in extras["info"].items()},
     }
+    return metrics
 
 
 def empty_metrics() -> dict[str, Any]:
@@ -407,55 +657,112 @@ def compute_metrics(files: list[str], storage_options: dict[str, Any] | None = N
         overview = {row.pop("benchmark"): row for row in _rows(con, _OVERVIEW_SQL)}
         if not overview:
             return {**empty_metrics(), "duplicate_rollouts": duplicates}
-        repeats = {row.pop("benchmark"): row for row in _rows(con, _REPEATS_SQL)}
-        modes = {row.pop("benchmark"): row for row in _rows(con, _REWARD_MODE_SQL)}
+        con.execute(_PROMPTS_SQL)
+        repeats_max = {
+            r["benchmark"]: r["n"] for r in _rows(con, "SELECT benchmark, max(n) AS n FROM prompts GROUP BY 1")
+        }
+        maj = _maj_at_ks(con, {b: ks_for(n) for b, n in repeats_max.items()})
         per_prompt = _by_benchmark(_rows(con, _PER_PROMPT_SQL))
-        maj = _maj_at_ks(con, {b: ks_for(r["max"]) for b, r in repeats.items()})
+        values = _by_benchmark(_rows(con, _REWARD_VALUES_SQL, {"cap": MAX_REWARD_VALUES}))
         finish = _by_benchmark(_rows(con, _FINISH_REASONS_SQL))
         errors = _by_benchmark(_rows(con, _ERRORS_SQL))
         by_tools = _by_benchmark(_rows(con, _BY_TOOL_CALLS_SQL))
-        info = _by_benchmark(_rows(con, _INFO_RATES_SQL))
+        info = _info_rates(con, {b: ov["error_count"] for b, ov in overview.items()})
+        distributions = _distributions(con)
     finally:
         con.close()
     benchmarks = {}
     for name, ov in overview.items():
         extras = {
+            "maj": maj.get(name, {}),
+            "reward_values": _reward_values(values.get(name, [])),
+            "distributions": distributions.get(name, {}),
             "errors": _counts(errors.get(name, [])),
             "finish_reasons": _counts(finish.get(name, [])),
             "by_tool_calls": by_tools.get(name, []),
-            "info_rates": {row["key"]: row["rate"] for row in info.get(name, [])},
+            "info": info.get(name, {}),
         }
-        benchmarks[name] = _benchmark_metrics(
-            ov, repeats[name], modes.get(name, {}), per_prompt.get(name, []), maj[name], extras
-        )
-    return {
-        "schema_version": METRICS_SCHEMA_VERSION,
-        "total_rollouts": sum(b["n_rollouts"] for b in benchmarks.values()),
-        "duplicate_rollouts": duplicates,
-        "benchmarks": benchmarks,
-    }
+        benchmarks[name] = _benchmark_metrics(ov, per_prompt[name], extras)
+    return _rounded(
+        {
+            "schema_version": METRICS_SCHEMA_VERSION,
+            "total_rollouts": sum(b["n_rollouts"] for b in benchmarks.values()),
+            "duplicate_rollouts": duplicates,
+            "benchmarks": benchmarks,
+        }
+    )
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to FLOAT_DIGITS significant digits, recursively: DuckDB sums in parallel, in whatever
+    order the threads deliver rows, so the last bits of a mean vary from scan to scan; rounded, the
+    same rollouts always give identical metrics (locally or from S3, today or on a rerun)."""
+    if isinstance(value, float):
+        return float(f"{value:.{FLOAT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows for report tables
 
 
 def load_rollouts_frame(
     files: list[str],
     storage_options: dict[str, Any] | None = None,
     columns: list[str] | None = None,
+    per_benchmark_limit: int | None = None,
+    dedupe: bool = True,
 ) -> pl.DataFrame:
-    """Per-rollout rows (selected columns) ordered by benchmark, prompt and repeat, for report tables."""
+    """Per-rollout rows (selected columns) ordered by benchmark, prompt and repeat, deduplicated like
+    the metrics; with `per_benchmark_limit`, only the first rows of each benchmark.
+
+    The rows to keep are chosen on the small key columns first (a top-N per benchmark), and only
+    they are read in full, so a capped read of a large run does not materialise its transcripts.
+    `dedupe=False` skips the duplicate check (for callers that know there are none: it costs a
+    window over every row).
+    """
     names = list(columns) if columns is not None else ROLLOUT_SCHEMA.names
     unknown = sorted(set(names) - set(ROLLOUT_SCHEMA.names))
     if unknown:
         raise ValueError(f"unknown rollout columns: {unknown}")
     if not files:
         return pl.from_arrow(ROLLOUT_SCHEMA.empty_table().select(names))
-    order = [c for c in ("benchmark", "prompt_id", "repeat") if c in names]
-    select = ", ".join(f'"{c}"' for c in names)
-    sql = f"SELECT {select} FROM read_parquet($files, union_by_name = true)"
-    if order:
-        sql += f" ORDER BY {', '.join(order)}"
+    params = {"files": [_duckdb_path(f) for f in files]}
+    source = "read_parquet($files, union_by_name = true, filename = true)"
+    keys = "benchmark, prompt_id, repeat, created_at, filename"
+    newest = f"SELECT {keys} FROM {source}"
+    if dedupe:
+        newest += (
+            " QUALIFY row_number() OVER ("
+            "PARTITION BY benchmark, prompt_id, repeat ORDER BY created_at DESC, filename DESC) = 1"
+        )
+    select = ", ".join(f'r."{c}"' for c in names)
     con = connect(files, storage_options)
     try:
-        return con.sql(sql, params={"files": [_duckdb_path(f) for f in files]}).pl()
+        if per_benchmark_limit is None:
+            picked = "SELECT * FROM newest"
+        else:
+            benches = [b for (b,) in con.execute(f"SELECT DISTINCT benchmark FROM {source}", params).fetchall()]
+            n = int(per_benchmark_limit)
+            picked = (
+                " UNION ALL ".join(
+                    f"(SELECT * FROM newest WHERE benchmark = {_sql_string(b)} ORDER BY prompt_id, repeat LIMIT {n})"
+                    for b in benches
+                )
+                or "SELECT * FROM newest WHERE false"
+            )
+        sql = f"""
+            WITH newest AS ({newest}), picked AS ({picked})
+            SELECT {select} FROM {source} r JOIN picked USING ({keys})
+            ORDER BY r.benchmark, r.prompt_id, r.repeat
+        """
+        return con.sql(sql, params=params).pl()
+    except (duckdb.Error, OSError) as exc:
+        raise _read_error(files, exc) from exc
     finally:
         con.close()
 

@@ -9,11 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import store
-from tasks.analysis import compute_metrics, ks_for, load_rollouts_frame, pass_at_k
+from tasks import analysis, store
+from tasks.analysis import (
+    bootstrap_mean_ci,
+    compute_metrics,
+    ks_for,
+    load_rollouts_frame,
+    pass_at_k,
+    wilson_interval,
+)
 from tasks.records import to_table
 
 Rows = list[dict[str, Any]]
@@ -230,7 +238,7 @@ def test_tokens_latency_and_tool_calls(make_rollout, write_batch) -> None:
 
 
 def test_empty_file_list_and_zero_rows(write_batch) -> None:
-    expected = {"schema_version": 1, "total_rollouts": 0, "duplicate_rollouts": 0, "benchmarks": {}}
+    expected = {"schema_version": 2, "total_rollouts": 0, "duplicate_rollouts": 0, "benchmarks": {}}
     assert compute_metrics([]) == expected
     assert compute_metrics([write_batch([])]) == expected
 
@@ -315,3 +323,181 @@ def test_load_rollouts_frame(make_rollout, write_batch) -> None:
     assert load_rollouts_frame([], columns=["reward"]).columns == ["reward"]
     with pytest.raises(ValueError, match="unknown"):
         load_rollouts_frame([], columns=["reward; DROP TABLE x"])
+
+
+def test_load_rollouts_frame_caps_rows_per_benchmark_and_drops_stale_copies(make_rollout, write_batch) -> None:
+    from datetime import UTC, datetime
+
+    rows = [make_rollout(prompt_id=f"p{i}", repeat=r) for i in range(5) for r in range(3)]
+    rows += [make_rollout(benchmark="tetris", prompt_id=f"g{i}", repeat=0) for i in range(4)]
+    stale = [make_rollout(prompt_id="p0", repeat=0, completion="old", created_at=datetime(2024, 1, 1, tzinfo=UTC))]
+    files = [write_batch(rows), write_batch(stale)]
+    frame = load_rollouts_frame(
+        files, columns=["benchmark", "prompt_id", "repeat", "completion"], per_benchmark_limit=4
+    )
+    assert frame.filter(frame["benchmark"] == "gsm8k")[["prompt_id", "repeat"]].rows() == [
+        ("p0", 0), ("p0", 1), ("p0", 2), ("p1", 0),
+    ]  # fmt: skip
+    assert frame.filter(frame["benchmark"] == "tetris").height == 4
+    assert "old" not in frame["completion"].to_list()
+    assert load_rollouts_frame(files, columns=["prompt_id"]).height == 19  # 15 + 4, the stale copy dropped
+
+
+# ---------------------------------------------------------------------------------------------
+# Confidence intervals
+
+
+def test_wilson_interval_known_values() -> None:
+    low, high = wilson_interval(0.8, 10)
+    assert (round(low, 3), round(high, 3)) == (0.490, 0.943)
+    assert wilson_interval(0.0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4))
+    assert wilson_interval(1.0, 10) == (pytest.approx(0.7225, abs=1e-4), 1.0)
+    low, high = wilson_interval(0.5, 100)
+    assert (round(low, 4), round(high, 4)) == (0.4038, 0.5962)
+    assert wilson_interval(0.5, 0) == (None, None) and wilson_interval(None, 10) == (None, None)
+
+
+def test_bootstrap_is_seeded_and_contains_the_mean() -> None:
+    rng = np.random.default_rng(1)
+    counts = np.full(40, 4)
+    sums = rng.binomial(4, 0.6, size=40).astype(float)
+    mean = sums.sum() / counts.sum()
+    first = bootstrap_mean_ci(sums, counts)
+    assert first == bootstrap_mean_ci(sums, counts)  # deterministic: seeded
+    assert first[0] < mean < first[1]
+    assert 0.05 < first[1] - first[0] < 0.5
+    assert bootstrap_mean_ci(sums, counts, seed=2) != first
+    assert bootstrap_mean_ci(np.array([3.0]), np.array([4])) == (None, None)  # one prompt: no interval
+    assert bootstrap_mean_ci(np.array([2.0, 2.0]), np.array([4, 4])) == (0.5, 0.5)
+
+
+def test_bootstrap_resamples_prompts_not_rollouts() -> None:
+    """Ten prompts that always or never succeed: 100 rollouts, but only 10 independent units."""
+    sums, counts = np.array([10.0] * 5 + [0.0] * 5), np.full(10, 10)
+    low, high = bootstrap_mean_ci(sums, counts)
+    naive_low, naive_high = wilson_interval(0.5, 100)
+    assert high - low > 1.5 * (naive_high - naive_low)
+
+
+def test_metrics_carry_confidence_intervals(make_rollout, write_batch) -> None:
+    rows = []
+    for p in range(10):
+        rows += prompt_rows(make_rollout, f"p{p}", [p < 8] * 3 + [p < 4])  # 8 prompts x3 + 4 prompts x1 ok
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    ci = bm["ci"]
+    assert ci["level"] == 0.95
+    assert bm["accuracy"] == pytest.approx(28 / 40)
+    assert (ci["accuracy"]["low"], ci["accuracy"]["high"]) == pytest.approx(wilson_interval(28 / 40, 40))
+    assert ci["accuracy"]["n"] == 40 and ci["accuracy"]["method"] == "wilson"
+    assert ci["pass_at_k"]["1"]["n"] == 10  # over prompts
+    low, high = wilson_interval(bm["pass_at_k"]["4"], 10)
+    assert (ci["pass_at_k"]["4"]["low"], ci["pass_at_k"]["4"]["high"]) == pytest.approx((low, high))
+    assert set(ci["maj_at_k"]) == {"1", "2", "4"}
+    assert ci["error_rate"]["low"] == 0.0 and ci["parse_error_rate"]["n"] == 40
+    reward = ci["mean_reward"]
+    assert reward["method"] == "bootstrap-prompts" and reward["n"] == 10 and reward["resamples"] == 2000
+    assert reward["low"] < bm["mean_reward"] < reward["high"]
+
+
+def test_ci_for_prompts_with_fewer_repeats_than_k(make_rollout, write_batch) -> None:
+    rows = prompt_rows(make_rollout, "four", [True, False, False, False]) + prompt_rows(make_rollout, "one", [True])
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["pass_at_k"] == pytest.approx({"1": (0.25 + 1) / 2, "2": 0.5, "4": 1.0})
+    assert {k: v["n"] for k, v in bm["ci"]["pass_at_k"].items()} == {"1": 2, "2": 1, "4": 1}
+    assert {k: v["n"] for k, v in bm["ci"]["maj_at_k"].items()} == {"1": 2, "2": 1, "4": 1}
+
+
+def test_info_rate_intervals(make_rollout, write_batch) -> None:
+    rows = [make_rollout(prompt_id=f"p{i}", info={"strict_correct": i < 8}) for i in range(10)]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    strict = bm["ci"]["info_rates"]["strict_correct"]
+    assert strict["n"] == 10 and (round(strict["low"], 3), round(strict["high"], 3)) == (0.490, 0.943)
+
+
+def test_metrics_are_deterministic(make_rollout, write_batch) -> None:
+    rows = [make_rollout(prompt_id=f"p{i % 7}", repeat=i // 7, reward=float(i % 3)) for i in range(35)]
+    files = [write_batch(rows)]
+    assert compute_metrics(files) == compute_metrics(files)
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributions and per-prompt breakdowns
+
+
+def test_prompt_outcomes_list_never_and_always_solved(make_rollout, write_batch) -> None:
+    rows = (
+        prompt_rows(make_rollout, "none-a", [False, False])
+        + prompt_rows(make_rollout, "none-b", [False, False])
+        + prompt_rows(make_rollout, "all", [True, True])
+        + prompt_rows(make_rollout, "some", [True, False])
+    )
+    rows.append(make_rollout(prompt_id="errored", success=True, error="boom"))  # an error is a failure
+    outcomes = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]["prompt_outcomes"]
+    assert outcomes == {
+        "never_succeed": {"count": 3, "ids": ["errored", "none-a", "none-b"]},
+        "always_succeed": {"count": 1, "ids": ["all"]},
+        "mixed": {"count": 1},
+    }
+
+
+def test_reward_values_round_and_count(make_rollout, write_batch, monkeypatch) -> None:
+    nine_steps = sum([-0.1] * 9)
+    rewards = [nine_steps, -0.9, -0.9, 19.2, 0.5, 0.5, 0.5]
+    rows = [make_rollout(prompt_id=f"g{i}", reward=r) for i, r in enumerate(rewards)]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["reward_values"] == {"distinct": 3, "truncated": False, "values": [[-0.9, 3], [0.5, 3], [19.2, 1]]}
+    assert bm["reward"]["mode"] == -0.9 and bm["reward"]["mode_share"] == pytest.approx(3 / 7)  # tie: lowest value
+    monkeypatch.setattr(analysis, "MAX_REWARD_VALUES", 2)
+    capped = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]["reward_values"]
+    assert capped == {"distinct": 3, "truncated": True, "values": [[-0.9, 3], [0.5, 3]]}
+
+
+def test_distributions_quantiles_and_histograms(make_rollout, write_batch) -> None:
+    rows = [
+        make_rollout(prompt_id=f"p{i}", completion_tokens=i, prompt_tokens=50, latency_s=i / 10, reward=float(i % 2))
+        for i in range(1, 101)
+    ]
+    rows.append(make_rollout(prompt_id="err", prompt_tokens=None, completion_tokens=None, latency_s=None, error="x"))
+    dist = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]["distributions"]
+    completion = dist["completion_tokens"]
+    assert completion["count"] == 100 and completion["mean"] == pytest.approx(50.5)
+    q = completion["quantiles"]
+    assert (q["min"], q["p50"], q["max"]) == (1.0, 50.5, 100.0)
+    assert q["p5"] == pytest.approx(5.95) and q["p95"] == pytest.approx(95.05)
+    hist = completion["histogram"]
+    assert sum(hist["counts"]) == 100 and len(hist["edges"]) == len(hist["counts"]) + 1
+    widths = {b - a for a, b in zip(hist["edges"], hist["edges"][1:], strict=False)}
+    assert widths == {4.0}  # integer-wide bins: ceil(100 / 30)
+    assert dist["prompt_tokens"]["histogram"] == {"edges": [50.0, 51.0], "counts": [100]}
+    latency = dist["latency_s"]["histogram"]
+    assert len(latency["counts"]) == analysis.HISTOGRAM_BINS and sum(latency["counts"]) == 100
+    reward = dist["reward"]
+    assert reward["count"] == 101 and reward["histogram"]["counts"][0] == 51 and reward["histogram"]["counts"][-1] == 50
+
+
+def test_all_error_run_has_sane_intervals_and_distributions(make_rollout, write_batch) -> None:
+    rows = [
+        make_rollout(prompt_id=f"p{i}", error="ConnectError: refused", completion_tokens=None, latency_s=None)
+        for i in range(3)
+    ]
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["ci"]["accuracy"]["low"] == 0.0 and bm["ci"]["error_rate"]["high"] == 1.0
+    assert bm["ci"]["mean_reward"]["low"] == 0.0 and bm["ci"]["mean_reward"]["high"] == 0.0
+    assert bm["distributions"]["latency_s"] is None and bm["distributions"]["completion_tokens"] is None
+    assert bm["distributions"]["reward"]["histogram"] == {"edges": [0.0, 1.0], "counts": [3]}
+    assert bm["prompt_outcomes"]["never_succeed"]["count"] == 3
+    assert bm["info_rates"] == {} and bm["ci"]["info_rates"] == {}
+
+
+def test_invalid_info_json_is_skipped(make_rollout, write_batch) -> None:
+    rows = [make_rollout(prompt_id="a", info={"ok": True}), make_rollout(prompt_id="b", info={"ok": False})]
+    rows.append(make_rollout(prompt_id="c", info="{not json"))
+    rows.append(make_rollout(prompt_id="d", info="[1, 2]"))
+    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    assert bm["info_rates"] == {"ok": 0.5}
+
+
+def test_unreadable_files_raise_a_store_error_naming_them(tmp_path) -> None:
+    missing = str(tmp_path / "nope.parquet")
+    with pytest.raises(store.StoreError, match=r"nope\.parquet"):
+        compute_metrics([missing])

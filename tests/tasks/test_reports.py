@@ -13,18 +13,22 @@ import fsspec
 import pytest
 from plotly.offline import get_plotlyjs
 
-from tasks import store
+from tasks import reports, store
 from tasks.analysis import compute_metrics
+from tasks.compare import compare
 from tasks.reports import (
     format_terminal_summary,
+    headline_records,
     headline_rows,
     publish_artifacts,
     report_task,
     write_report,
 )
 
-CHARTS_PER_BENCHMARK = 6
+HEADLINE_CHARTS = 2  # rates with CIs, mean reward with its CI
+CHARTS = {"gsm8k": 5, "tetris": 6}  # tetris has tool calls: + mean reward by tool-call count
 EVIL = "<script>alert('x')</script> & <b>bold</b>"
+EVIL_JSON = "\\u003cscript\\u003ealert('x')\\u003c/script\\u003e \\u0026 \\u003cb\\u003ebold\\u003c/b\\u003e"
 
 
 def run_info(**overrides: Any) -> dict[str, Any]:
@@ -57,7 +61,7 @@ def run_files(make_rollout: Callable[..., dict], write_batch: Callable[..., str]
                     repeat=i,
                     success=bool(ok),
                     reward=float(ok),
-                    parsed_answer="2" if ok else "3",
+                    parsed_answer="2" if ok else (EVIL if p == "p1" and i == 3 else "3"),
                     completion=("long reasoning " * 30 + EVIL) if p == "p1" else "#### 2",
                     info={"strict_correct": bool(ok), "flexible_correct": bool(ok) or i == 1},
                 )
@@ -135,19 +139,78 @@ def test_html_is_self_contained_with_one_plotly_bundle(report) -> None:
     page = read(urls["html"])
     assert page.count(get_plotlyjs()) == 1
     assert len(re.findall(r"plotly\.js v\d", page)) == 1
-    assert page.count('class="plotly-graph-div"') == CHARTS_PER_BENCHMARK * len(metrics["benchmarks"])
+    assert page.count('class="plotly-graph-div"') == HEADLINE_CHARTS + sum(CHARTS.values())
+    for name, count in CHARTS.items():
+        assert len(re.findall(rf'id="chart-{name}-', page)) == count
     assert "<script src=" not in page and not re.search(r"<script[^>]+src=[\"']?http", page)
+    assert "<link " not in page and "@import" not in page
     assert f"{metrics['benchmarks']['gsm8k']['accuracy']:.2%}" in page
 
 
-def test_html_escapes_model_text_and_folds_long_completions(report) -> None:
+def test_html_escapes_model_text(report) -> None:
     urls, _ = report
     page = read(urls["html"])
     assert EVIL not in page
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page
-    assert "<details><summary>long reasoning" in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page  # a table cell
+    assert EVIL_JSON in page  # the transcript data: JSON with <, > and & escaped
     assert page.count('<table class="rollouts">') == 2
     assert EVIL not in read(urls["markdown"])
+
+
+def test_rollout_browser_rows_and_transcripts(report) -> None:
+    urls, _ = report
+    page = read(urls["html"])
+    gsm = page.split('id="browser-gsm8k"', 1)[1].split('id="browser-tetris"', 1)[0]
+    assert len(re.findall(r"<tr data-i=", gsm)) == 12
+    assert 'data-prompt="p1" data-repeat="3" data-reward="0.0" data-outcome="failure"' in gsm
+    data = json.loads(re.search(r'<script type="application/json" class="rollout-data">(.*?)</script>', gsm).group(1))
+    assert len(data) == 12 and data[0]["completion"] == "#### 2"
+    assert data[0]["messages"] == [{"role": "user", "content": "1+1?"}] and data[0]["info"]["strict_correct"]
+    for id_ in ("f-prompt-gsm8k", "f-min-gsm8k", "f-max-gsm8k", "f-outcome-gsm8k"):
+        assert f'id="{id_}"' in gsm
+    assert "tool calls" not in gsm.split("</thead>", 1)[0]  # no tool calls in gsm8k: no column
+    tetris = page.split('id="browser-tetris"', 1)[1]
+    assert "<th>tool calls</th>" in tetris
+
+
+def test_rollout_browser_is_capped(tmp_path: Path, run_files: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reports, "MAX_ROLLOUT_ROWS", 5)
+    monkeypatch.setattr(reports, "MAX_BROWSER_BYTES", 600)
+    urls = write_report(str(tmp_path / "capped"), compute_metrics(run_files), run_info(), run_files)
+    gsm = read(urls["html"]).split('id="browser-gsm8k"', 1)[1].split('id="browser-tetris"', 1)[0]
+    assert len(re.findall(r"<tr data-i=", gsm)) == 5
+    assert "First 5 of 12 rollouts (by prompt id and repeat)" in gsm
+    assert "transcripts are not embedded (page size budget)" in gsm
+
+
+def test_long_transcripts_are_clipped(tmp_path: Path, make_rollout, write_batch) -> None:
+    huge = [{"role": "user", "content": "x" * 50_000}]
+    files = [write_batch([make_rollout(messages=huge, transcript=[*huge, {"role": "assistant", "content": "y"}])])]
+    urls = write_report(str(tmp_path / "clip"), compute_metrics(files), run_info(), files)
+    page = read(urls["html"])
+    assert "clipped (" in page and "x" * 40_000 not in page
+
+
+def test_tool_sections_only_where_tools_were_used(report) -> None:
+    urls, _ = report
+    md = read(urls["markdown"])
+    gsm, tetris = md.split("## Benchmark: gsm8k", 1)[1].split("## Benchmark: tetris", 1)
+    assert "### Tool calls" not in gsm and "Mean reward by tool-call count" not in gsm
+    assert "### Tool calls" in tetris and "### Mean reward by tool-call count" in tetris
+    page = read(urls["html"])
+    assert "chart-gsm8k-reward-by-tool-calls" not in page and "chart-tetris-reward-by-tool-calls" in page
+
+
+def test_report_shows_intervals_outcomes_and_reward_values(report) -> None:
+    urls, metrics = report
+    md = read(urls["markdown"])
+    header = md.split("## Headline", 1)[1].strip().splitlines()[0]
+    assert "accuracy 95% CI" in header and "mean reward 95% CI" in header
+    low, high = (metrics["benchmarks"]["gsm8k"]["ci"]["accuracy"][k] for k in ("low", "high"))
+    assert f"{low * 100:.1f}–{high * 100:.1f}%" in md
+    assert "### Prompt outcomes" in md and "| never succeed | 1 | p1 |" in md and "| always succeed | 1 | p2 |" in md
+    assert "### Reward values" in md and "| 19.200 | 2 | 50.00% |" in md
+    assert "pass@k 95% CI" in md
 
 
 def test_report_for_an_empty_run(tmp_path: Path) -> None:
@@ -189,27 +252,52 @@ def test_publish_artifacts_outside_a_run_is_a_no_op(report) -> None:
     assert publish_artifacts(urls, metrics, run_info()) is None
 
 
+def test_headline_records_are_flat_json(report) -> None:
+    _, metrics = report
+    records = headline_records(metrics)
+    assert [r["benchmark"] for r in records] == ["gsm8k", "tetris"]
+    assert {"accuracy_ci_low", "accuracy_ci_high", "mean_reward_ci_low", "mean_reward_ci_high"} <= set(records[0])
+    json.dumps(records, allow_nan=False)
+
+
 def test_report_task_publishes_artifacts_in_a_flow(prefect_home, tmp_path: Path, run_files: list[str]) -> None:
     from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
     from tasks.analysis import analyze_task
+
+    store_url = str(tmp_path / "store")
+    baseline = compute_metrics(run_files[:1])
 
     @flow
     def eval_report_flow() -> dict[str, str]:
         metrics = analyze_task(run_files)
-        return report_task(str(tmp_path / "flow-report"), metrics, run_info(), run_files)
+        comparison = compare(metrics, baseline)
+        return report_task(
+            f"{store_url}/runs/run-2025-01-01-abc", metrics, run_info(), run_files,
+            comparison=comparison, store_url=store_url,
+        )  # fmt: skip
 
-    urls = eval_report_flow()
-    assert Path(urls["html"]).is_file()
+    state = eval_report_flow(return_state=True)
+    urls = state.result()
+    assert Path(urls["html"]).is_file() and Path(urls["index_html"]).is_file()
+    assert [r["run_id"] for r in json.loads(Path(urls["index_json"]).read_text())] == ["run-2025-01-01-abc"]
+    keys = ["eval-report", "eval-report-html", "eval-report-metrics", "eval-report-index", "eval-comparison"]
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["eval-report", "eval-report-html"]))
-        )
+        # this flow run's artifacts only: other tests of the session publish under the same keys
+        own = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys), flow_run_id=own))
     by_key = {a.key: a for a in found}
+    assert set(by_key) == set(keys)
     assert "41.67%" in by_key["eval-report"].data
     assert Path(urls["html"]).resolve().as_uri() in by_key["eval-report-html"].data
+    assert Path(urls["index_html"]).resolve().as_uri() in by_key["eval-report-index"].data
+    assert by_key["eval-report-metrics"].type == "table"
+    table = by_key["eval-report-metrics"].data
+    table = json.loads(table) if isinstance(table, str) else table
+    assert [row["benchmark"] for row in table] == ["gsm8k", "tetris"]
+    assert "Comparison with baseline" in by_key["eval-comparison"].data
 
 
 def test_publish_artifacts_from_an_async_flow(prefect_home, report) -> None:
@@ -229,4 +317,4 @@ def test_publish_artifacts_from_an_async_flow(prefect_home, report) -> None:
     asyncio.run(async_eval_flow())
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="async-eval-report")))
-    assert {a.key for a in found} == {"async-eval-report", "async-eval-report-html"}
+    assert {a.key for a in found} == {"async-eval-report", "async-eval-report-html", "async-eval-report-metrics"}

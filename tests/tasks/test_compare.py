@@ -1,0 +1,201 @@
+"""compare(): deltas, intervals and regression flags; find_baseline() over a run index."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks.analysis import wilson_interval
+from tasks.compare import baseline_comparison, compare, find_baseline, rate_delta
+from tasks.index import index_entry, update_index
+
+
+def bench(rate: float, n: int, **extra: Any) -> dict[str, Any]:
+    """A benchmark's metrics with just what compare() reads (n prompts x 1 repeat)."""
+    low, high = wilson_interval(rate, n)
+    out = {
+        "n_prompts": n,
+        "n_rollouts": n,
+        "repeats": {"min": 1, "max": 1},
+        "accuracy": rate,
+        "mean_reward": rate,
+        "pass_at_k": {"1": rate},
+        "maj_at_k": {"1": rate},
+        "info_rates": {},
+        "ci": {"accuracy": {"low": low, "high": high, "n": n}, "mean_reward": {"low": low, "high": high, "n": n}},
+    }
+    out.update(extra)
+    return out
+
+
+def metrics(**benches: dict[str, Any]) -> dict[str, Any]:
+    return {"schema_version": 2, "benchmarks": benches}
+
+
+def test_rate_delta_is_newcombes_score_interval() -> None:
+    delta, low, high = rate_delta(0.3, 200, 0.8, 200)
+    l1, u1 = wilson_interval(0.3, 200)
+    l0, u0 = wilson_interval(0.8, 200)
+    assert delta == pytest.approx(-0.5)
+    assert low == pytest.approx(-0.5 - math.hypot(0.3 - l1, u0 - 0.8))
+    assert high == pytest.approx(-0.5 + math.hypot(u1 - 0.3, 0.8 - l0))
+    assert -0.6 < low < high < -0.4
+    # At 0% and 100% the interval stays wide where Wald's would collapse to a point.
+    delta, low, high = rate_delta(0.0, 5, 1.0, 5)
+    assert delta == -1.0 and low < -0.5 < high < 0.0
+
+
+def test_a_clear_drop_is_a_regression() -> None:
+    result = compare(metrics(gsm8k=bench(0.3, 200)), metrics(gsm8k=bench(0.8, 200)))
+    acc = result["benchmarks"]["gsm8k"]["accuracy"]
+    assert acc["delta"] == pytest.approx(-0.5) and acc["regression"] is True and acc["improvement"] is False
+    assert acc["high"] < 0 and acc["n_current"] == acc["n_baseline"] == 200
+    assert result["benchmarks"]["gsm8k"]["mean_reward"]["regression"] is True
+    assert "gsm8k: accuracy" in result["regressions"] and result["improvements"] == []
+
+
+def test_noise_is_not_a_regression() -> None:
+    result = compare(metrics(gsm8k=bench(0.48, 50)), metrics(gsm8k=bench(0.50, 50)))
+    acc = result["benchmarks"]["gsm8k"]["accuracy"]
+    assert acc["delta"] == pytest.approx(-0.02)
+    assert acc["low"] < 0 < acc["high"]
+    assert acc["regression"] is False and result["regressions"] == []
+
+
+def test_a_clear_rise_is_an_improvement() -> None:
+    result = compare(metrics(gsm8k=bench(0.8, 200)), metrics(gsm8k=bench(0.3, 200)))
+    assert result["benchmarks"]["gsm8k"]["accuracy"]["improvement"] is True
+    assert result["regressions"] == [] and "gsm8k: accuracy" in result["improvements"]
+
+
+def test_headline_metrics_compared_and_missing_benchmarks_listed() -> None:
+    cur = bench(
+        0.5,
+        100,
+        repeats={"min": 8, "max": 8},
+        pass_at_k={"1": 0.5, "2": 0.6, "4": 0.7, "8": 0.8},
+        maj_at_k={"1": 0.5, "2": 0.5, "4": 0.55, "8": 0.6},
+        info_rates={"strict_correct": 0.4, "flexible_correct": 0.5},
+    )
+    base = bench(
+        0.5,
+        100,
+        repeats={"min": 4, "max": 4},
+        pass_at_k={"1": 0.5, "2": 0.6, "4": 0.65},
+        maj_at_k={"1": 0.5, "2": 0.5, "4": 0.5},
+        info_rates={"strict_correct": 0.45},
+    )
+    result = compare(metrics(gsm8k=cur, math=bench(0.1, 10)), metrics(gsm8k=base, mbpp=bench(0.2, 10)))
+    rows = result["benchmarks"]["gsm8k"]
+    assert set(rows) == {"accuracy", "pass@1", "pass@n", "maj@n", "strict", "mean_reward"}  # no flexible in base
+    assert rows["pass@n"]["label"] == "pass@4" and rows["pass@n"]["delta"] == pytest.approx(0.05)
+    assert rows["maj@n"]["label"] == "maj@4"
+    assert rows["strict"]["kind"] == "rate" and rows["mean_reward"]["kind"] == "mean"
+    assert result["missing"] == {"current_only": ["math"], "baseline_only": ["mbpp"]}
+    json.dumps(result, allow_nan=False)
+
+
+def test_schema_1_baseline_without_intervals() -> None:
+    """An old metrics.json has no `ci`: rates still compare (n from counts), mean reward gets no CI."""
+    old = bench(0.8, 200)
+    del old["ci"]
+    result = compare(metrics(gsm8k=bench(0.3, 200)), metrics(gsm8k=old))
+    rows = result["benchmarks"]["gsm8k"]
+    assert rows["accuracy"]["regression"] is True
+    assert rows["mean_reward"]["low"] is None and rows["mean_reward"]["regression"] is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines from the run index
+
+
+def entry(run_id: str, finished: str, benchmarks: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "finished_at": finished,
+        "benchmarks": benchmarks,
+        "report": f"runs/{run_id}/report.html",
+        "metrics": f"runs/{run_id}/metrics.json",
+        **extra,
+    }
+
+
+@pytest.fixture
+def index_store(tmp_path: Path) -> str:
+    url = str(tmp_path / "store")
+    for e in [
+        entry("a", "2025-01-01T00:00:00+00:00", ["gsm8k", "tetris"], deployment="nightly"),
+        entry("b", "2025-01-02T00:00:00+00:00", ["gsm8k"], deployment="nightly"),
+        entry("c", "2025-01-03T00:00:00+00:00", ["tetris", "gsm8k"], deployment="nightly"),
+        entry("d", "2025-01-04T00:00:00+00:00", ["gsm8k", "tetris"], deployment="other"),
+        entry("e", "2025-01-05T00:00:00+00:00", ["gsm8k", "tetris"], run_name="sweep"),
+        entry("f", "2025-01-06T00:00:00+00:00", ["gsm8k", "tetris"], run_name="sweep", deployment="nightly"),
+    ]:
+        update_index(url, e)
+    return url
+
+
+def test_find_baseline_by_deployment_and_benchmarks(index_store: str) -> None:
+    found = find_baseline(index_store, None, "nightly", ["gsm8k", "tetris"], "f")
+    assert found is not None and found["run_id"] == "c"  # latest nightly with both benchmarks, f excluded
+    assert find_baseline(index_store, None, "nightly", ["gsm8k"], "c")["run_id"] == "f"
+    assert find_baseline(index_store, None, "nightly", ["gsm8k", "mbpp"], None) is None
+    assert find_baseline(index_store, None, "missing", ["gsm8k"], None) is None
+
+
+def test_find_baseline_by_run_name_or_explicit_id(index_store: str) -> None:
+    assert find_baseline(index_store, None, None, ["gsm8k"], "new", run_name="sweep")["run_id"] == "e"
+    assert find_baseline(index_store, None, None, ["gsm8k"], "new") is None  # nothing to match on
+    assert find_baseline(index_store, None, "nightly", ["gsm8k"], "f", run_id="a")["run_id"] == "a"
+    assert find_baseline(index_store, None, None, [], None, run_id="zzz") is None
+
+
+def test_find_baseline_in_an_empty_store(tmp_path: Path) -> None:
+    assert find_baseline(str(tmp_path / "empty"), None, "nightly", ["gsm8k"], None) is None
+
+
+def test_baseline_comparison_end_to_end(tmp_path: Path, make_rollout, write_batch) -> None:
+    """Two runs of one deployment through the real pipeline: the second compares with the first."""
+    from tasks.analysis import compute_metrics
+    from tasks.reports import write_report
+
+    url = str(tmp_path / "store")
+
+    def run(run_id: str, finished: str, ok: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        rows = [
+            make_rollout(prompt_id=f"p{i}", repeat=r, success=i < ok, reward=float(i < ok), run_id=run_id)
+            for i in range(100)
+            for r in range(2)
+        ]
+        files = [write_batch(rows, name=f"{run_id}.parquet")]
+        info = {"run_id": run_id, "deployment": "nightly", "model": "m", "finished_at": finished}
+        m = compute_metrics(files)
+        comparison = baseline_comparison(url, m, info)
+        urls = write_report(f"{url}/runs/{run_id}", m, info, files, comparison=comparison)
+        update_index(url, index_entry(info, m, urls, url))
+        return m, comparison
+
+    _, first = run("r1", "2025-01-01T00:00:00+00:00", 80)
+    assert first is None
+    _, second = run("r2", "2025-01-02T00:00:00+00:00", 30)
+    assert second is not None and second["baseline"]["run_id"] == "r1"
+    assert second["baseline"]["report"] == "runs/r1/report.html"
+    assert second["benchmarks"]["gsm8k"]["accuracy"]["regression"] is True
+    saved = json.loads((tmp_path / "store/runs/r2/metrics.json").read_text())
+    assert saved["comparison"]["regressions"] == second["regressions"]
+    md = (tmp_path / "store/runs/r2/report.md").read_text()
+    assert md.index("Comparison with baseline r1") < md.index("## Headline")
+    page = (tmp_path / "store/runs/r2/report.html").read_text()
+    assert page.index("Comparison with baseline r1") < page.index("<h2>Headline</h2>")
+    assert 'href="../../runs/r1/report.html"' in page and "regression ▼" in page
+
+
+def test_baseline_comparison_survives_a_broken_baseline(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    update_index(url, entry("old", "2025-01-01T00:00:00+00:00", ["gsm8k"], deployment="d"))  # no metrics.json
+    current = metrics(gsm8k=bench(0.5, 10))
+    assert baseline_comparison(url, current, {"run_id": "new", "deployment": "d"}) is None

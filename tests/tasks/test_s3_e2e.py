@@ -1,0 +1,243 @@
+"""The analysis, report and run index against S3: moto's server mode on loopback, through s3fs.
+
+The same synthetic run is written to a local store and to s3://; everything computed and written
+from the S3 copy must equal the local one. Failing stores must say which URL failed and leave no
+index behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import socket
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import store
+from tasks.analysis import compute_metrics
+from tasks.index import index_entry, update_index
+from tasks.records import to_table
+from tasks.reports import write_report
+from tasks.serve_reports import index_url, make_server, serve_in_thread
+
+BUCKET = "evalflow-test"
+RUN_ID = "20250101-000000-s3test"
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    import boto3
+
+    boto3.client(
+        "s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    ).create_bucket(Bucket=BUCKET)
+    yield url
+    server.stop()
+
+
+def s3_options(endpoint: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        **extra,
+    }
+
+
+@pytest.fixture
+def s3_store(endpoint: str) -> str:
+    return f"s3://{BUCKET}/store-{uuid.uuid4().hex[:8]}"
+
+
+def synthetic_batches(make_rollout: Callable[..., dict]) -> dict[str, list[dict[str, Any]]]:
+    """gsm8k: 20 prompts x 4 repeats with mixed outcomes and an error; tetris: 10 games x 3 with tool calls."""
+    gsm = [
+        make_rollout(
+            prompt_id=f"gsm-{p:02d}",
+            repeat=r,
+            success=(p + r) % 3 == 0,
+            reward=float((p + r) % 3 == 0),
+            parsed_answer=str((p + r) % 5),
+            completion_tokens=20 + p * r,
+            latency_s=0.5 + p / 10,
+            info={"strict_correct": (p + r) % 3 == 0, "flexible_correct": (p + r) % 2 == 0},
+            error="ReadTimeout: slow" if (p, r) == (3, 1) else None,
+        )
+        for p in range(20)
+        for r in range(4)
+    ]
+    tetris = [
+        make_rollout(
+            benchmark="tetris",
+            prompt_id=f"game-{g}",
+            repeat=r,
+            tool_calls=(g + r) % 11,
+            reward=round(-0.1 * ((g + r) % 11) + (10.0 if g == r else 0.0), 1),
+            success=g == r,
+            parsed_answer="Left || Down",
+            reference=None,
+            transcript=[
+                {"role": "user", "content": "board"},
+                {"role": "assistant", "content": "<answer>Left</answer>"},
+            ],
+        )
+        for g in range(10)
+        for r in range(3)
+    ]
+    return {"gsm8k": gsm, "tetris": tetris}
+
+
+def write_run(store_url: str, batches: dict[str, list[dict]], opts: dict[str, Any] | None) -> list[str]:
+    """The run's rollout files, written through tasks.store like the flow does (one per benchmark)."""
+    files = []
+    for bench, rows in batches.items():
+        buf = io.BytesIO()
+        pq.write_table(to_table(rows), buf)
+        url = store.join(store_url, "runs", RUN_ID, "rollouts", bench, "batch-0000.parquet")
+        files.append(store.write_bytes(url, buf.getvalue(), opts))
+    return files
+
+
+RUN_INFO = {
+    "run_id": RUN_ID,
+    "run_name": "s3-e2e",
+    "deployment": "nightly",
+    "model": "tiny",
+    "model_fingerprint": "fp",
+    "started_at": "2025-01-01T00:00:00+00:00",
+    "finished_at": "2025-01-01T01:00:00+00:00",
+    "config": {"store": {"storage_options": {"secret": "testing"}}},
+}
+
+
+def publish(store_url: str, files: list[str], opts: dict[str, Any] | None) -> tuple[dict, dict[str, str]]:
+    metrics = compute_metrics(files, opts)
+    urls = write_report(store.join(store_url, "runs", RUN_ID), metrics, RUN_INFO, files, opts)
+    urls.update(update_index(store_url, index_entry(RUN_INFO, metrics, urls, store_url), opts))
+    return metrics, urls
+
+
+def test_a_run_on_s3_matches_the_same_run_written_locally(
+    endpoint: str, s3_store: str, tmp_path: Path, make_rollout
+) -> None:
+    opts = s3_options(endpoint)
+    batches = synthetic_batches(make_rollout)
+    local_store = str(tmp_path / "store")
+    local_metrics, local_urls = publish(local_store, write_run(local_store, batches, None), None)
+    s3_metrics, s3_urls = publish(s3_store, write_run(s3_store, batches, opts), opts)
+
+    assert s3_metrics == local_metrics
+    assert s3_metrics["total_rollouts"] == 110 and s3_metrics["benchmarks"]["gsm8k"]["error_count"] == 1
+    assert s3_urls["html"] == f"{s3_store}/runs/{RUN_ID}/report.html"
+    for kind in ("metrics", "markdown", "html", "index_json", "index_html"):
+        remote, local = store.read_text(s3_urls[kind], opts), Path(local_urls[kind]).read_text()
+        assert remote == local, f"{kind} differs between s3 and the local store"
+    assert "testing" not in store.read_text(s3_urls["metrics"], opts)  # the secret is redacted
+    fs = fsspec.filesystem("s3", **opts)
+    root = s3_store[len("s3://") :]
+    listed = {p[len(root) + 1 :] for p in fs.find(root)}
+    assert {
+        "index.json",
+        "index.html",
+        f"index/entries/{RUN_ID}.json",
+        f"runs/{RUN_ID}/metrics.json",
+        f"runs/{RUN_ID}/report.md",
+        f"runs/{RUN_ID}/report.html",
+        f"runs/{RUN_ID}/rollouts/gsm8k/batch-0000.parquet",
+    } <= listed
+    assert [e["report"] for e in json.loads(store.read_text(s3_urls["index_json"], opts))] == [
+        f"runs/{RUN_ID}/report.html"
+    ]
+
+
+def test_concurrent_index_updates_on_s3_all_land(endpoint: str, s3_store: str) -> None:
+    """No locks on S3: entries-then-rebuild must still keep every one of 8 simultaneous finishers."""
+    opts = s3_options(endpoint)
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def finish(i: int) -> None:
+        try:
+            barrier.wait()
+            entry = {"run_id": f"run-{i}", "finished_at": f"2025-01-01T00:00:0{i}+00:00", "benchmarks": ["gsm8k"]}
+            update_index(s3_store, entry, opts)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=finish, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    runs = json.loads(store.read_text(f"{s3_store}/index.json", opts))
+    assert [r["run_id"] for r in runs] == [f"run-{i}" for i in reversed(range(8))]  # all of them, newest first
+
+
+def test_a_missing_bucket_fails_clearly_and_leaves_no_index(endpoint: str) -> None:
+    opts = s3_options(endpoint)
+    bad_store = "s3://no-such-bucket-evalflow/store"
+    with pytest.raises(store.StoreError, match=f"{bad_store}/index/entries/r1.json") as info:
+        update_index(bad_store, {"run_id": "r1"}, opts)
+    assert "bucket does not exist" in str(info.value)
+    fs = fsspec.filesystem("s3", **opts)
+    assert not fs.exists("no-such-bucket-evalflow/store/index.json")
+
+
+def test_an_unreachable_store_fails_clearly(endpoint: str, s3_store: str, make_rollout) -> None:
+    """Wrong endpoint (a closed port): every step names the URL it could not reach, and nothing is
+    written to the real store."""
+    opts = s3_options(endpoint)
+    files = write_run(s3_store, synthetic_batches(make_rollout), opts)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    bad = s3_options(f"http://127.0.0.1:{closed}", retries=1, config_kwargs={"retries": {"max_attempts": 1}})
+    with pytest.raises(store.StoreError, match=r"cannot read rollout files s3://"):
+        compute_metrics(files, bad)
+    with pytest.raises(store.StoreError, match=f"{s3_store}/index/entries/{RUN_ID}.json"):
+        update_index(s3_store, {"run_id": RUN_ID}, bad)
+    with pytest.raises(store.StoreError, match=f"{s3_store}/runs/{RUN_ID}/metrics.json"):
+        write_report(f"{s3_store}/runs/{RUN_ID}", compute_metrics(files, opts), RUN_INFO, [], bad)
+    fs = fsspec.filesystem("s3", **opts)
+    root = s3_store[len("s3://") :]
+    assert not fs.exists(f"{root}/index.json") and not fs.exists(f"{root}/index")
+
+
+def test_serve_reports_from_s3(endpoint: str, s3_store: str, make_rollout) -> None:
+    opts = s3_options(endpoint)
+    publish(s3_store, write_run(s3_store, synthetic_batches(make_rollout), opts), opts)
+    server = make_server(s3_store, port=0, storage_options=opts)
+    serve_in_thread(server)
+    try:
+        url = index_url(server)
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html")
+            assert "evalflow runs" in resp.read().decode()
+        with urllib.request.urlopen(url.replace("index.html", f"runs/{RUN_ID}/report.html"), timeout=10) as resp:
+            assert f"Evaluation report: tiny ({RUN_ID})" in resp.read().decode()
+        with urllib.request.urlopen(url.replace("index.html", ""), timeout=10) as resp:  # a folder: its index
+            assert "evalflow runs" in resp.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(url.replace("index.html", "nope.html"), timeout=10)
+        assert missing.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
