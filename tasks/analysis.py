@@ -55,7 +55,9 @@ metrics.json (schema_version 2; tasks/reports.py adds ``run_info`` and, with a b
       tool_calls: {mean, min, max, total, reward_corr},
       reward_by_tool_calls: [{tool_calls, n, mean_reward, success_rate}],
       per_prompt: [{prompt_id, n, successes, success_rate, mean_reward, reference, top_answer}],
-      info_rates: {<key>: rate}}}
+      info_rates: {<key>: rate},
+      info_outcomes: {outcome|end_reason: {value: count}}  # env categorical outcomes, when present
+  }}
 
 Floats are rounded to 12 significant digits (parallel float sums differ in their last bits from
 scan to scan; rounded, the same rollouts always give identical metrics). Histograms have
@@ -340,6 +342,18 @@ SELECT benchmark, coalesce(finish_reason, 'none') AS key, count(*) AS count
 FROM rollouts GROUP BY ALL ORDER BY benchmark, count DESC, key
 """
 
+# Categorical outcomes some environments report in `info`: the code sandbox's `outcome` (pass, fail,
+# timeout, crash, memory, error) and Tetris's `end_reason` (success, lockout, tool_limit, ...).
+OUTCOME_KEYS = ("outcome", "end_reason")
+_INFO_OUTCOMES_SQL = """
+SELECT benchmark, k AS info_key, v AS key, count(*) AS count
+FROM (
+    SELECT benchmark, unnest(?::VARCHAR[]) AS k, json_extract_string(info, '$.' || unnest(?::VARCHAR[])) AS v
+    FROM rollouts WHERE json_valid(info)
+)
+WHERE v IS NOT NULL GROUP BY ALL ORDER BY benchmark, info_key, count DESC, key
+"""
+
 # Group errors by their first line up to the first ': ' (usually the exception type), 80 chars max.
 _ERRORS_SQL = """
 SELECT benchmark, left(split_part(split_part(error, chr(10), 1), ': ', 1), 80) AS key, count(*) AS count
@@ -617,6 +631,7 @@ def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], ext
         "error_rate": ov["error_rate"],
         "errors": extras["errors"],
         "finish_reasons": extras["finish_reasons"],
+        "info_outcomes": extras["info_outcomes"],
         "tokens": {
             "prompt_mean": ov["prompt_mean"],
             "prompt_total": ov["prompt_total"],
@@ -636,6 +651,14 @@ def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], ext
         "info_rates": {key: t / b for key, (t, b) in extras["info"].items()},
     }
     return metrics
+
+
+def _outcome_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """{info key: {value: count}} from the outcome query's rows (most frequent first)."""
+    grouped: dict[str, dict[str, int]] = {}
+    for row in rows:
+        grouped.setdefault(row["info_key"], {})[row["key"]] = row["count"]
+    return grouped
 
 
 def empty_metrics() -> dict[str, Any]:
@@ -666,6 +689,7 @@ def compute_metrics(files: list[str], storage_options: dict[str, Any] | None = N
         values = _by_benchmark(_rows(con, _REWARD_VALUES_SQL, {"cap": MAX_REWARD_VALUES}))
         finish = _by_benchmark(_rows(con, _FINISH_REASONS_SQL))
         errors = _by_benchmark(_rows(con, _ERRORS_SQL))
+        outcomes = _by_benchmark(_rows(con, _INFO_OUTCOMES_SQL, [list(OUTCOME_KEYS), list(OUTCOME_KEYS)]))
         by_tools = _by_benchmark(_rows(con, _BY_TOOL_CALLS_SQL))
         info = _info_rates(con, {b: ov["error_count"] for b, ov in overview.items()})
         distributions = _distributions(con)
@@ -678,6 +702,7 @@ def compute_metrics(files: list[str], storage_options: dict[str, Any] | None = N
             "reward_values": _reward_values(values.get(name, [])),
             "distributions": distributions.get(name, {}),
             "errors": _counts(errors.get(name, [])),
+            "info_outcomes": _outcome_counts(outcomes.get(name, [])),
             "finish_reasons": _counts(finish.get(name, [])),
             "by_tool_calls": by_tools.get(name, []),
             "info": info.get(name, {}),

@@ -467,6 +467,9 @@ def benchmark_tables(bm: dict[str, Any], prompt_limit: int | None = MAX_PROMPT_R
     if bm["info_rates"]:
         rows = [[k, fmt_rate(v), fmt_ci(*_ci(bm, "info_rates", k))] for k, v in bm["info_rates"].items()]
         sections.append(("Info rates", Table(["key", "rate", "95% CI"], rows)))
+    for key, counts in bm.get("info_outcomes", {}).items():  # sandbox outcomes, Tetris end reasons
+        title = "Sandbox outcomes" if key == "outcome" else f"Outcomes ({key})"
+        sections.append((title, _count_table(key, counts, bm["n_rollouts"])))
     sections.append(("Finish reasons", _count_table("finish reason", bm["finish_reasons"], bm["n_rollouts"])))
     if bm["errors"]:
         sections.append(("Errors", _count_table("error", bm["errors"], bm["n_rollouts"])))

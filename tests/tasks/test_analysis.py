@@ -501,3 +501,17 @@ def test_unreadable_files_raise_a_store_error_naming_them(tmp_path) -> None:
     missing = str(tmp_path / "nope.parquet")
     with pytest.raises(store.StoreError, match=r"nope\.parquet"):
         compute_metrics([missing])
+
+
+def test_sandbox_outcomes_and_end_reasons_are_counted(write_batch, make_rollout) -> None:
+    rows = [
+        make_rollout(benchmark="mbpp", prompt_id="p0", repeat=0, info={"outcome": "pass"}),
+        make_rollout(benchmark="mbpp", prompt_id="p0", repeat=1, info={"outcome": "timeout"}),
+        make_rollout(benchmark="mbpp", prompt_id="p1", repeat=0, info={"outcome": "pass"}),
+        make_rollout(benchmark="tetris", prompt_id="t0", repeat=0, info={"end_reason": "lockout"}),
+        make_rollout(benchmark="gsm8k", prompt_id="g0", repeat=0, info={"strict_correct": True}),
+    ]
+    metrics = compute_metrics([write_batch(rows)])
+    assert metrics["benchmarks"]["mbpp"]["info_outcomes"] == {"outcome": {"pass": 2, "timeout": 1}}
+    assert metrics["benchmarks"]["tetris"]["info_outcomes"] == {"end_reason": {"lockout": 1}}
+    assert metrics["benchmarks"]["gsm8k"]["info_outcomes"] == {}
