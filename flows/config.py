@@ -164,6 +164,9 @@ class EvalConfig(_Strict):
     """One evaluation: a model, a server, benchmarks and how to sample them, and where to write."""
 
     run_name: str | None = Field(None, description="a label for the run (shown in reports)")
+    baseline_run_id: str | None = Field(
+        None, description="compare with this run; default: the latest run of the same deployment (or run name)"
+    )
     model: ModelConfig = Field(default_factory=ModelConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)

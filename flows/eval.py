@@ -290,7 +290,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             "deployment": prefect_deployment.name,  # None outside a deployment run
         }
         # the latest earlier run of the same deployment (or run name) with these benchmarks
-        comparison = baseline_comparison(config.store.url, metrics, run_info, opts)
+        comparison = baseline_comparison(config.store.url, metrics, run_info, opts, config.baseline_run_id)
         urls = report_task(run_dir, metrics, run_info, files, opts, comparison=comparison, store_url=config.store.url)
     summary = format_terminal_summary(metrics, urls)
     logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)

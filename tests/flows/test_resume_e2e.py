@@ -119,8 +119,11 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
     assert proxy.counts.forwarded == start
     assert pairs(again["run_dir"]) == pairs(first["run_dir"])
 
-    hotter = run({**data, "sampling": {**data["sampling"], "temperature": 0.9}})
+    # the latest earlier run of the same run name is the default baseline; an explicit one wins
+    assert again["comparison"]["baseline"]["run_id"] == first["run_id"]
+    hotter = run({**data, "sampling": {**data["sampling"], "temperature": 0.9}, "baseline_run_id": first["run_id"]})
     assert hotter["batches"] == {"total": 4, "cached": 0}
+    assert hotter["comparison"]["baseline"]["run_id"] == first["run_id"]
 
     rows[5]["question"] = rows[5]["question"].replace("?", " exactly?")
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
