@@ -16,6 +16,22 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+# Tokenizer files (what AutoTokenizer.save_pretrained writes): copied next to converted weights, and
+# downloaded/hashed with a remote checkpoint's tokenizer folder
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "spiece.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
 RESULT_PREFIX = "EVALFLOW-RESULT "
 ERROR_PREFIX = "EVALFLOW-ERROR "
 PR_SET_PDEATHSIG = 1

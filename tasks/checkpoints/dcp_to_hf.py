@@ -17,25 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _runtime_io import Failure, progress, run_main  # sibling modules: this file runs as a script
+from _runtime_io import TOKENIZER_FILES, Failure, progress, run_main  # sibling modules: this file runs as a script
 from hf_check import INDEX, SINGLE, architecture, check_folder, describe_mismatch
 
 WRAPPER = "model."  # NeMo RL wraps the HF model: model.model.layers.0... / model.lm_head.weight
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-# copied from the tokenizer folder next to the weights (what AutoTokenizer.save_pretrained writes)
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "vocab.txt",
-    "spiece.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 
 
 def read_metadata(weights_dir: str) -> Any:

@@ -19,8 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from _runtime_io import Failure, progress, run_main  # sibling modules: this file runs as a script
-from dcp_to_hf import TOKENIZER_FILES
+from _runtime_io import TOKENIZER_FILES, Failure, progress, run_main  # sibling modules: this file runs as a script
 
 
 def export(args: argparse.Namespace) -> dict[str, Any]:

@@ -12,26 +12,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tasks.checkpoints._runtime_io import TOKENIZER_FILES
 from tasks.checkpoints.errors import CheckpointError
 
 # where the DCP weights sit under a step folder, most specific first
 DCP_DIRS = ("policy/weights/model", "policy/weights", "weights/model", "weights", "model", "")
 TOKENIZER_DIRS = ("policy/tokenizer", "tokenizer")
-TOKENIZER_FILES = frozenset(
-    {
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "tokenizer.model",
-        "vocab.json",
-        "merges.txt",
-        "vocab.txt",
-        "spiece.model",
-        "chat_template.jinja",
-        "chat_template.json",
-    }
-)
 TOKENIZER_CORE = ("tokenizer.json", "tokenizer.model", "vocab.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 STEP = re.compile(r"^(step_\d+|iter_\d+|checkpoint-\d+)$")
