@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from plotly.offline import get_plotlyjs
 from tasks import index, store
 from tasks.analysis import compute_metrics
 from tasks.index import index_entry, read_entries, read_index, relative_to_store, update_index
+from tests.conftest import REPO_ROOT
 
 
 def entry(run_id: str, finished: str = "2025-01-01T00:00:00+00:00", **extra: Any) -> dict[str, Any]:
@@ -117,22 +120,44 @@ def test_concurrent_updates_from_threads_all_land(tmp_path: Path) -> None:
     assert all(f"runs/run-{i}/report.html" in (tmp_path / "store/index.html").read_text() for i in range(8))
 
 
-def _finish_in_process(url: str, i: int, start: Any) -> None:
-    start.wait()
-    update_index(url, entry(f"proc-{i}", f"2025-01-01T00:00:0{i}+00:00"))
+_FINISHER = """
+import json, sys, time
+from pathlib import Path
+from tasks.index import update_index
+url, i, start = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+entry = json.loads(sys.argv[4])
+while not start.exists():  # all finish at the same moment
+    time.sleep(0.01)
+update_index(url, entry)
+"""
 
 
 def test_concurrent_updates_from_processes_all_land(tmp_path: Path) -> None:
+    """Separate processes (as separate runs are), started first and released together."""
     url = str(tmp_path / "store")
-    ctx = multiprocessing.get_context("fork")  # modules already imported: children start at once
-    start = ctx.Event()
-    procs = [ctx.Process(target=_finish_in_process, args=(url, i, start)) for i in range(8)]
-    for p in procs:
-        p.start()
-    start.set()
-    for p in procs:
-        p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0] * 8
+    start = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _FINISHER,
+                url,
+                str(i),
+                str(start),
+                json.dumps(entry(f"proc-{i}", f"2025-01-01T00:00:0{i}+00:00")),
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
+    time.sleep(5)  # let every process import and reach the start line
+    start.touch()
+    errors = [p.communicate(timeout=300)[1] for p in procs]  # reads stderr to the end, then waits
+    assert [p.returncode for p in procs] == [0] * 8, [err[-2000:] for err in errors]
     runs = json.loads((tmp_path / "store/index.json").read_text())
     assert sorted(r["run_id"] for r in runs) == [f"proc-{i}" for i in range(8)]
 
