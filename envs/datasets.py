@@ -1,7 +1,19 @@
-"""Load benchmark rows from JSONL or parquet on any fsspec URL, validated up front.
+"""Load benchmark rows from JSONL or parquet on any fsspec URL, or from the Hugging Face `datasets`
+library, validated up front.
 
 Every row is checked before anything is sent to a server, so a typo on line 4,000 costs seconds,
 not the hours of rollouts before it.
+
+Dataset specs:
+- a path or fsspec URL of a JSONL (optionally compressed) or parquet file: `data/gsm8k/test.jsonl`,
+  `s3://bucket/gsm8k.parquet`, also `hf://datasets/openai/gsm8k/main/test-00000-of-00001.parquet`
+  (fsspec's own `hf://` protocol reads one file of a hub repository);
+- `hf-dataset:<path>[?config=<name>&split=<split>&revision=<rev>&data_files=<file>]`: a split loaded
+  with `datasets.load_dataset` (hub id such as `openai/gsm8k`, a local data folder, or a packaged
+  builder such as `json` with `data_files=`) or, for a folder written by `save_to_disk`, with
+  `datasets.load_from_disk`. `split` defaults to `test`; `data_files` may repeat. Example:
+  `hf-dataset:openai/gsm8k?config=main&split=test`. The library's cache (`HF_HOME`,
+  `HF_DATASETS_CACHE`) applies, so a dataset downloaded once loads offline afterwards.
 """
 
 from __future__ import annotations
@@ -9,9 +21,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import fsspec
 import pyarrow as pa
@@ -20,6 +34,9 @@ import pyarrow.parquet as pq
 from envs.base import DatasetError, Env
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+HF_DATASET_SCHEME = "hf-dataset:"
+HF_DATASET_PARAMS = ("config", "split", "revision", "data_files")
+HF_DEFAULT_SPLIT = "test"
 
 
 def _is_parquet(url: str) -> bool:
@@ -65,27 +82,134 @@ def load_rows(
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    if is_hf_dataset(url):
+        # `storage_options` are the run store's; the datasets library has its own cache and credentials.
+        rows = _validated(_hf_dataset_rows(url, env), env, lambda n: f"{url} row {n}", "row")
+    else:
+        rows = _file_rows(url, env, storage_options)
+    if not rows:
+        raise DatasetError(f"{url}: the dataset has no rows")
+    return rows if limit is None else rows[:limit]
+
+
+def _validated(
+    numbered: Iterator[tuple[int, dict[str, Any]]], env: Env, where_of: Callable[[int], str], unit: str
+) -> list[dict[str, Any]]:
+    """Each row checked by the env (errors name the row's place via `where_of(number)`); ids must be unique."""
     rows: list[dict[str, Any]] = []
     first_seen: dict[str, int] = {}
+    for number, row in numbered:
+        where = where_of(number)
+        env.validate_row(row, where)
+        pid = env.prompt_id(row)
+        if pid in first_seen:
+            raise DatasetError(f"{where}: duplicate prompt id {pid!r} (first on {unit} {first_seen[pid]})")
+        first_seen[pid] = number
+        rows.append(row)
+    return rows
+
+
+def _file_rows(url: str, env: Env, storage_options: dict[str, Any] | None) -> list[dict[str, Any]]:
     try:
         with fsspec.open(url, "rb", compression="infer", **(storage_options or {})) as f:
             numbered = _parquet_rows(url, f) if _is_parquet(url) else _jsonl_rows(url, f)
-            for lineno, row in numbered:
-                where = f"{url}:{lineno}"
-                env.validate_row(row, where)
-                pid = env.prompt_id(row)
-                if pid in first_seen:
-                    raise DatasetError(f"{where}: duplicate prompt id {pid!r} (first on line {first_seen[pid]})")
-                first_seen[pid] = lineno
-                rows.append(row)
+            return _validated(numbered, env, lambda n: f"{url}:{n}", "line")
     except FileNotFoundError as e:
         raise DatasetError(
             f"{url}: dataset file not found; provide a JSONL or parquet file of {env.name!r} rows "
             f"at this path (or point the config at another one)"
         ) from e
-    if not rows:
-        raise DatasetError(f"{url}: the dataset has no rows")
-    return rows if limit is None else rows[:limit]
+
+
+def is_hf_dataset(spec: str) -> bool:
+    """Whether a dataset spec names a `datasets`-library dataset (`hf-dataset:...`) rather than a file."""
+    return spec.startswith(HF_DATASET_SCHEME)
+
+
+def parse_hf_dataset(spec: str) -> dict[str, Any]:
+    """`hf-dataset:<path>?config=..&split=..&revision=..&data_files=..` -> keyword arguments for the library.
+
+    Returns `{"path", "config", "split", "revision", "data_files"}` (absent ones None; `split` defaults to
+    "test"; `data_files` a list). A leading `//` after the scheme is dropped (`hf-dataset://org/name`).
+    """
+    if not is_hf_dataset(spec):
+        raise DatasetError(f"{spec}: not a {HF_DATASET_SCHEME} dataset spec")
+    rest = spec[len(HF_DATASET_SCHEME) :]
+    path, _, query = rest.partition("?")
+    if path.startswith("//"):
+        path = path[2:]
+    if not path:
+        raise DatasetError(
+            f"{spec}: no dataset named; expected e.g. {HF_DATASET_SCHEME}openai/gsm8k?config=main&split=test"
+        )
+    params = parse_qs(query, keep_blank_values=True, strict_parsing=False)
+    unknown = sorted(set(params) - set(HF_DATASET_PARAMS))
+    if unknown:
+        raise DatasetError(f"{spec}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(HF_DATASET_PARAMS)}")
+    out: dict[str, Any] = {"path": path, "data_files": params.get("data_files") or None}
+    for key in ("config", "split", "revision"):
+        values = params.get(key, [])
+        if len(values) > 1:
+            raise DatasetError(f"{spec}: parameter {key!r} given {len(values)} times")
+        if values and not values[0]:
+            raise DatasetError(f"{spec}: parameter {key!r} is empty")
+        out[key] = values[0] if values else None
+    out["split"] = out["split"] or HF_DEFAULT_SPLIT
+    return out
+
+
+def _is_saved_dataset(path: str) -> bool:
+    """A folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`."""
+    folder = Path(path).expanduser()
+    return (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file()
+
+
+def _hf_dataset_rows(spec: str, env: Env) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based row number, row) of the spec's split, loaded with the `datasets` library."""
+    args = parse_hf_dataset(spec)
+    import datasets  # heavy (pandas, ...): only when a spec asks for it
+    from datasets.exceptions import DatasetNotFoundError, DatasetsError
+
+    instead = (
+        f"download it where the hub is reachable and pass benchmarks.<i>.dataset=/path/to/{args['split']}.jsonl "
+        f"(a JSONL or parquet file of {env.name!r} rows, with the fields of the shipped {env.default_dataset})"
+    )
+    try:
+        if _is_saved_dataset(args["path"]):
+            loaded: Any = datasets.load_from_disk(str(Path(args["path"]).expanduser()))
+            if isinstance(loaded, datasets.DatasetDict):
+                if args["split"] not in loaded:
+                    raise DatasetError(
+                        f"{spec}: no split {args['split']!r} in {args['path']}; splits: {', '.join(loaded)}"
+                    )
+                loaded = loaded[args["split"]]
+        else:
+            loaded = datasets.load_dataset(
+                args["path"],
+                args["config"],
+                split=args["split"],
+                revision=args["revision"],
+                data_files=args["data_files"],
+            )
+    except DatasetError:
+        raise
+    except ConnectionError as e:  # offline (HF_HUB_OFFLINE) or no network, and not in the local cache
+        raise DatasetError(
+            f"{spec}: cannot load Hugging Face dataset {args['path']!r}: the hub cannot be reached and the "
+            f"dataset is not in the local datasets cache ({e}); {instead}"
+        ) from e
+    except DatasetNotFoundError as e:
+        raise DatasetError(
+            f"{spec}: Hugging Face dataset {args['path']!r} not found (or gated: set HF_TOKEN) ({e}); {instead}"
+        ) from e
+    except (FileNotFoundError, ValueError, DatasetsError) as e:
+        # missing data files, an unknown config or split, a file the builder cannot parse
+        raise DatasetError(f"{spec}: cannot load Hugging Face dataset {args['path']!r}: {e}") from e
+    except Exception as e:  # the library's own failures (e.g. an IndexError on a saved empty dataset)
+        raise DatasetError(f"{spec}: cannot load Hugging Face dataset {args['path']!r}: {type(e).__name__}: {e}") from e
+    if not isinstance(loaded, datasets.Dataset):
+        raise DatasetError(f"{spec}: expected one split, got {type(loaded).__name__}")
+    yield from enumerate(loaded.to_list(), start=1)
 
 
 def _json_default(obj: Any) -> Any:
