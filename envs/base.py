@@ -91,11 +91,20 @@ class Env(ABC):
 
 
 class SingleTurnEnv(Env):
-    """One chat request per rollout, scored from the completion text alone."""
+    """One request per rollout, scored from the completion text alone.
+
+    Chat envs (the default) build `messages` for the chat completions API. A plain-completion env
+    returns the whole prompt text from `prompt`; the rollout then calls the (legacy) completions API
+    with that string and the same stop sequences, and `messages` is not used.
+    """
 
     @abstractmethod
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         """OpenAI chat messages for the row."""
+
+    def prompt(self, row: dict[str, Any]) -> str | None:
+        """The plain-text prompt for the completions API, or None (the default): send `messages` as chat."""
+        return None
 
     @abstractmethod
     def stop(self) -> list[str] | None:

@@ -1,4 +1,5 @@
-"""GSM8K-style grade-school math: chat prompt with optional few-shot turns, lm-eval-compatible scoring."""
+"""GSM8K-style grade-school math: chat prompt with optional few-shot turns, or lm-eval's plain-completion
+prompt (`mode: completion`); lm-eval-compatible scoring in both."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import hashlib
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from envs.base import REPO_ROOT, DatasetError, Score, SingleTurnEnv
 from envs.extract import (
@@ -22,6 +23,15 @@ FEWSHOT_PATH = REPO_ROOT / "data" / "gsm8k" / "fewshot.jsonl"
 # Asks for lm-eval's strict format. Measured with greedy SmolLM2-135M-Instruct on the shipped set: about a
 # quarter of answers end `#### N`, as with other wordings tried; the rest are caught by flexible-extract.
 INSTRUCTION = 'Solve the problem step by step. Then write the final answer on the last line as "#### <number>".'
+
+# Plain-completion mode renders lm-evaluation-harness's gsm8k task: `doc_to_text` "Question: {q}\nAnswer:",
+# each few-shot example followed by " " + its worked solution, examples joined by "\n\n"; generation stops
+# at the next "Question:", an end-of-sequence string, or a blank line (the solutions have none).
+COMPLETION_QUESTION = "Question: {question}\nAnswer:"
+COMPLETION_TARGET_DELIMITER = " "
+COMPLETION_FEWSHOT_DELIMITER = "\n\n"
+COMPLETION_STOP = ["Question:", "</s>", "<|im_end|>", "\n\n"]
+MODES = ("chat", "completion")
 
 
 def _reference_of(answer: Any) -> str | None:
@@ -49,14 +59,26 @@ def _load_fewshot(path: Path) -> tuple[dict[str, Any], ...]:
 
 
 class GSM8KEnv(SingleTurnEnv):
-    """Rows: `{"id", "question", "answer"}` with answer a number, or original GSM8K (no id, `#### N`)."""
+    """Rows: `{"id", "question", "answer"}` with answer a number, or original GSM8K (no id, `#### N`).
+
+    Options: `fewshot` (0-8 shipped worked examples), `system_prompt`, and `mode`: "chat" (default; chat
+    turns with an instruction asking for `#### N`) or "completion" (lm-eval's plain "Question: ...\nAnswer:"
+    prompt sent to the completions API, for base models). Scoring is the same in both.
+    """
 
     name: ClassVar[str] = "gsm8k"
     version: ClassVar[str] = "1"
     default_dataset: ClassVar[str] = "data/gsm8k/test.jsonl"
 
-    def __init__(self, fewshot: int = 0, system_prompt: str | None = None) -> None:
-        super().__init__(fewshot=fewshot, system_prompt=system_prompt)
+    def __init__(
+        self, fewshot: int = 0, system_prompt: str | None = None, mode: Literal["chat", "completion"] = "chat"
+    ) -> None:
+        # `mode` enters the options (so the fingerprint) only when it is not the default: chat-mode
+        # fingerprints, and so the cached chat rollouts, stay what they were before the option existed.
+        extra = {} if mode == "chat" else {"mode": mode}
+        super().__init__(fewshot=fewshot, system_prompt=system_prompt, **extra)
+        if mode not in MODES:
+            raise ValueError(f"gsm8k: mode must be one of {', '.join(MODES)}, got {mode!r}")
         available = _load_fewshot(FEWSHOT_PATH)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
             raise ValueError(f"gsm8k: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
@@ -64,6 +86,7 @@ class GSM8KEnv(SingleTurnEnv):
             raise ValueError(f"gsm8k: system_prompt must be a string or None, got {system_prompt!r}")
         self.fewshot_rows = available[:fewshot]
         self.system_prompt = system_prompt
+        self.mode = mode
 
     @staticmethod
     def check_row(row: dict[str, Any], where: str) -> None:
@@ -97,16 +120,24 @@ class GSM8KEnv(SingleTurnEnv):
         return ref
 
     def prompt_templates(self) -> dict[str, Any]:
-        return {
-            "instruction": INSTRUCTION,
-            "fewshot": [[ex["question"], ex["answer"]] for ex in self.fewshot_rows],
-        }
+        fewshot = [[ex["question"], ex["answer"]] for ex in self.fewshot_rows]
+        if self.mode == "completion":
+            return {
+                "mode": "completion",
+                "question": COMPLETION_QUESTION,
+                "target_delimiter": COMPLETION_TARGET_DELIMITER,
+                "fewshot_delimiter": COMPLETION_FEWSHOT_DELIMITER,
+                "fewshot": fewshot,
+            }
+        return {"instruction": INSTRUCTION, "fewshot": fewshot}
 
     @staticmethod
     def _user_turn(question: str) -> str:
         return f"{question.strip()}\n\n{INSTRUCTION}"
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        if self.mode == "completion":
+            raise ValueError("gsm8k: mode 'completion' sends a plain-text prompt (see prompt()), not chat messages")
         msgs: list[dict[str, str]] = []
         if self.system_prompt:
             msgs.append({"role": "system", "content": self.system_prompt})
@@ -116,8 +147,23 @@ class GSM8KEnv(SingleTurnEnv):
         msgs.append({"role": "user", "content": self._user_turn(row["question"])})
         return msgs
 
+    def prompt(self, row: dict[str, Any]) -> str | None:
+        """lm-eval's gsm8k prompt as one string in completion mode (a system prompt, if any, goes first); else None."""
+        if self.mode != "completion":
+            return None
+        blocks = [
+            COMPLETION_QUESTION.format(question=ex["question"].strip())
+            + COMPLETION_TARGET_DELIMITER
+            + ex["answer"].strip()
+            for ex in self.fewshot_rows
+        ]
+        blocks.append(COMPLETION_QUESTION.format(question=row["question"].strip()))
+        if self.system_prompt:
+            blocks.insert(0, self.system_prompt.strip())
+        return COMPLETION_FEWSHOT_DELIMITER.join(blocks)
+
     def stop(self) -> list[str] | None:
-        return None
+        return list(COMPLETION_STOP) if self.mode == "completion" else None
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
         ref = self.reference(row)

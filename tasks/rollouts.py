@@ -27,7 +27,7 @@ from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv, canonical_json
 from flows.config import CollectionConfig, SamplingConfig
 from tasks import store
 from tasks.concurrency import Limiter, make_limiter
-from tasks.records import to_table
+from tasks.records import to_json, to_table
 from tasks.server import Endpoint
 
 
@@ -136,11 +136,15 @@ TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimit
 PERMANENT = (openai.BadRequestError, openai.UnprocessableEntityError, openai.NotFoundError)
 
 
-async def request_with_retries(ctx: CollectContext, **kwargs: Any) -> Any:
-    """Retry transient errors (connection reset, timeout, 429, 5xx) with jittered exponential backoff."""
+async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kwargs: Any) -> Any:
+    """Retry transient errors (connection reset, timeout, 429, 5xx) with jittered exponential backoff.
+
+    A chat completion, or with `plain` a (legacy) text completion of `prompt`."""
     attempt = 0
     while True:
         try:
+            if plain:
+                return await ctx.client().completions.create(**kwargs)
             return await ctx.client().chat.completions.create(**kwargs)
         except TRANSIENT:
             attempt += 1
@@ -152,7 +156,8 @@ async def request_with_retries(ctx: CollectContext, **kwargs: Any) -> Any:
 
 
 async def _chat(ctx: CollectContext, **kwargs: Any) -> tuple[Any, float]:
-    """One chat request under the run's concurrency limit: (response, latency in seconds)."""
+    """One request (chat, or a text completion with `plain=True`) under the run's concurrency limit:
+    (response, latency in seconds)."""
     async with ctx.requests():
         started = time.perf_counter()
         response = await request_with_retries(ctx, model=ctx.endpoint.model, **kwargs, **ctx.sampling.as_request())
@@ -190,24 +195,35 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     if isinstance(env, MultiTurnEnv):
         return await _multi_turn(ctx, env, row, seed, record)
     assert isinstance(env, SingleTurnEnv)
-    messages = env.messages(row)
-    record["messages"] = messages
+    prompt = env.prompt(row)
+    if prompt is None:
+        messages: list[dict[str, str]] = env.messages(row)
+        record["messages"] = messages
+        request: dict[str, Any] = {"messages": messages}
+    else:
+        # Plain completion: the prompt string takes the messages column's place (a JSON string, not a list).
+        record["messages"] = to_json(prompt)
+        request = {"prompt": prompt, "plain": True}
     started = time.perf_counter()
     try:
-        response, latency = await _chat(ctx, messages=messages, seed=seed, stop=env.stop())
+        response, latency = await _chat(ctx, **request, seed=seed, stop=env.stop())
     except PERMANENT as exc:  # e.g. a prompt longer than the context: recorded and counted, not retried
         record.update(error=_permanent_error(exc), latency_s=time.perf_counter() - started)
         return record
     choice = response.choices[0]
-    completion = choice.message.content or ""
+    completion = (choice.message.content if prompt is None else choice.text) or ""
     ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)
     score = await ascore(row, completion) if ascore else env.score(row, completion)
     usage = response.usage
+    if prompt is None:
+        transcript: Any = [*messages, {"role": "assistant", "content": completion}]
+    else:  # the whole text the model saw and wrote, as a JSON string
+        transcript = to_json(prompt + completion)
     return _scored(
         record,
         score,
         completion=completion,
-        transcript=[*messages, {"role": "assistant", "content": completion}],
+        transcript=transcript,
         finish_reason=choice.finish_reason,
         prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,

@@ -159,3 +159,88 @@ def test_parse_error() -> None:
 
 def test_stop_is_none() -> None:
     assert GSM8KEnv().stop() is None
+
+
+# --- plain-completion mode (lm-evaluation-harness's gsm8k prompt) ---
+
+
+def shipped_fewshot() -> list[dict]:
+    return [json.loads(line) for line in FEWSHOT_PATH.read_text().splitlines() if line.strip()]
+
+
+def test_completion_prompt_zero_shot() -> None:
+    env = GSM8KEnv(mode="completion")
+    assert env.prompt(ROW) == f"Question: {ROW['question']}\nAnswer:"
+    assert env.mode == "completion"
+
+
+def test_completion_prompt_four_shot_is_lm_eval_layout() -> None:
+    shots = shipped_fewshot()[:4]
+    expected = "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
+    expected += f"Question: {ROW['question']}\nAnswer:"
+    assert GSM8KEnv(mode="completion", fewshot=4).prompt(ROW) == expected
+    # each example ends with its `#### N` line, the prompt with the open answer
+    assert expected.count("\n#### ") == 4 and expected.endswith("\nAnswer:")
+
+
+def test_completion_prompt_strips_and_puts_system_prompt_first() -> None:
+    env = GSM8KEnv(mode="completion", system_prompt="Solve these problems.")
+    row = {**ROW, "question": f"  {ROW['question']}\n"}
+    assert env.prompt(row) == f"Solve these problems.\n\nQuestion: {ROW['question']}\nAnswer:"
+
+
+def test_completion_stop_sequences() -> None:
+    assert GSM8KEnv(mode="completion").stop() == ["Question:", "</s>", "<|im_end|>", "\n\n"]
+    # the worked examples never contain a stop sequence, so the format they teach is reachable
+    for shot in shipped_fewshot():
+        assert "\n\n" not in shot["answer"].strip() and "Question:" not in shot["answer"]
+
+
+def test_chat_mode_has_no_plain_prompt_and_completion_mode_no_messages() -> None:
+    assert GSM8KEnv().prompt(ROW) is None
+    assert GSM8KEnv(mode="chat").stop() is None
+    with pytest.raises(ValueError, match="completion"):
+        GSM8KEnv(mode="completion").messages(ROW)
+
+
+def test_mode_enters_fingerprint_and_templates() -> None:
+    chat, completion = GSM8KEnv(), GSM8KEnv(mode="completion")
+    assert chat.fingerprint() != completion.fingerprint()
+    assert completion.prompt_templates()["mode"] == "completion"
+    assert completion.prompt_templates() != chat.prompt_templates()
+    assert GSM8KEnv(mode="completion", fewshot=4).fingerprint() != completion.fingerprint()
+    # an explicit default is the default: chat fingerprints (and so cached chat rollouts) did not change
+    assert GSM8KEnv(mode="chat").fingerprint() == chat.fingerprint()
+    assert chat.options == {"fewshot": 0, "system_prompt": None}
+
+
+def test_mode_changes_the_batch_key() -> None:
+    from flows.config import SamplingConfig
+    from tasks.rollouts import batch_key
+
+    keys = {batch_key(GSM8KEnv(mode=m), [ROW], [0, 1], "model", SamplingConfig()) for m in ("chat", "completion")}
+    assert len(keys) == 2
+
+
+@pytest.mark.parametrize("bad", ["Completion", "text", "", None, 1])
+def test_bad_mode(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"gsm8k: mode must be one of chat, completion"):
+        GSM8KEnv(mode=bad)  # type: ignore[arg-type]
+
+
+def test_bad_mode_through_the_registry() -> None:
+    from envs.registry import get_env
+
+    with pytest.raises(ValueError, match="mode"):
+        get_env("gsm8k", mode="base")
+    assert get_env("gsm8k", mode="completion", fewshot=4).prompt(ROW).startswith("Question: ")
+
+
+def test_completion_mode_scores_like_chat() -> None:
+    completion = " Ann has 3 * 4 = 12 apples.\n#### 12"
+    chat, plain = GSM8KEnv().score(ROW, completion), GSM8KEnv(mode="completion").score(ROW, completion)
+    assert plain == chat and plain.success and plain.info["strict_correct"]
+    boxed = GSM8KEnv(mode="completion").score(ROW, " So $\\boxed{12}$.")
+    assert boxed.success and boxed.info["boxed_correct"]
+    flexible = GSM8KEnv(mode="completion").score(ROW, " 3 bags of 4 is 12 apples")
+    assert flexible.success and flexible.info["strict_answer"] is None
