@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -80,8 +80,13 @@ class ModelConfig(_Strict):
 
 
 class ServerConfig(_Strict):
-    """The vLLM OpenAI-compatible server: started and stopped by the flow, or an external endpoint."""
+    """The vLLM OpenAI-compatible server: started and stopped by the flow, or an external endpoint.
 
+    `block` names a saved `evalflow-vllm-server` block: its settings are the defaults and every
+    field set here (in the deployment, the UI form or a dotted override) overrides them.
+    """
+
+    block: str | None = Field(None, description="a saved evalflow-vllm-server block to start from")
     mode: Literal["managed", "external"] = "managed"
     base_url: str | None = Field(None, description="external mode: the server's /v1 URL")
     api_key: SecretStr = Field(SecretStr("EMPTY"), description="external mode: the bearer token, if any")
@@ -92,6 +97,9 @@ class ServerConfig(_Strict):
     cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
     startup_timeout_s: float = Field(600.0, gt=0)
     max_restarts: int = Field(2, ge=0, description="restarts of a server that dies mid-run")
+    tool_call_parser: str | None = Field(
+        None, description="vLLM tool-call parser (e.g. hermes for Qwen3): enables tool calling on the server"
+    )
     extra_args: list[str] = Field(default_factory=list, description="extra vllm serve arguments")
 
     @model_validator(mode="after")
@@ -141,8 +149,18 @@ class CollectionConfig(_Strict):
 
 
 class StoreConfig(_Strict):
+    """Where runs are written. `block` names a saved `evalflow-run-store` block (URL, options and
+    credentials); its credentials are kept out of the config, so they never reach a report."""
+
+    block: str | None = Field(None, description="a saved evalflow-run-store block to start from")
     url: str = Field(str(REPO_ROOT / "reports"), description="where runs are written: a folder or s3://bucket/prefix")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (endpoint, ...)")
+    _credentials: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """fsspec options including the block's credentials: for filesystem calls, never for output."""
+        return {**self.storage_options, **self._credentials}
 
     @field_validator("url")
     @classmethod

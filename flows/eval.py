@@ -22,15 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from prefect import flow
 from prefect.context import FlowRunContext
 from prefect.runtime import deployment as prefect_deployment
 
+from blocks.resolve import BlockNotFound, resolve_blocks
 from envs.base import DatasetError, Env
 from envs.datasets import load_rows
 from envs.registry import get_env
 from flows.config import EvalConfig
+from flows.overrides import OverrideError, config_data
 from tasks import store
 from tasks.analysis import analyze_task
 from tasks.cache import FileLockManager, lock_directory, lookup, result_storage
@@ -80,7 +81,7 @@ def load_benchmarks(config: EvalConfig) -> list[Benchmark]:
     for bench in config.benchmarks:
         env = get_env(bench.name, **bench.options)
         source = bench.dataset or str(env.default_dataset_path())
-        rows = load_rows(source, env, storage_options=config.store.storage_options or None, limit=bench.limit)
+        rows = load_rows(source, env, storage_options=config.store.options or None, limit=bench.limit)
         get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.name, len(rows), bench.repeats, source)
         benchmarks.append(Benchmark(bench.name, env, rows, bench.repeats))
     return benchmarks
@@ -108,7 +109,7 @@ def plan(benchmarks: list[Benchmark], config: EvalConfig, model_fingerprint: str
             config.sampling,
         ):  # fmt: skip
             hit = lookup(storage, BatchKeyPolicy.key_for(batch))
-            if isinstance(hit, BatchResult) and store.exists(hit.url, config.store.storage_options):
+            if isinstance(hit, BatchResult) and store.exists(hit.url, config.store.options):
                 planned.append(Planned(bench.env, batch, cached=hit))
             else:
                 planned.append(Planned(bench.env, batch, stale=hit is not None))
@@ -163,7 +164,7 @@ def plan_run(config: EvalConfig) -> dict[str, Any]:
         name = config.model.served_name or config.model.source
         model_plan = {"action": f"none: external server {config.server.base_url}", "served_name": name}
         fingerprint = f"external:{name}"
-    storage = result_storage(config.store.url, config.store.storage_options, save=False)
+    storage = result_storage(config.store.url, config.store.options, save=False)
     work = plan(benchmarks, config, fingerprint, storage) if fingerprint else []
     cached = [p for p in work if p.cached is not None]
     total = sum(b.repeats * len(b.rows) for b in benchmarks)
@@ -191,6 +192,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
     With `dry_run`, report what would be converted, started and generated, and start nothing.
     """
     logger = get_logger()
+    config = resolve_blocks(config)  # a missing block fails here, naming the field
     if dry_run:
         summary = plan_run(config)
         logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
@@ -198,7 +200,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
     stages = Stages()
     run_id = new_run_id()
     run_dir = store.join(config.store.url, "runs", run_id)
-    opts = config.store.storage_options
+    opts = config.store.options
     started_at = datetime.now(UTC)
     flow_ctx = FlowRunContext.get()
     logger.info("run %s -> %s", run_id, run_dir)
@@ -309,43 +311,12 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
 # --- command line ---------------------------------------------------------------------------------
 
 
-def apply_override(data: dict[str, Any], dotted: str) -> None:
-    """Set `a.b.0.c=value` in a nested dict/list; the value is parsed as YAML (numbers, lists, ...)."""
-    if "=" not in dotted:
-        raise SystemExit(f"override {dotted!r} is not key.path=value")
-    key, raw = dotted.split("=", 1)
-    parts = key.split(".")
-    node: Any = data
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise SystemExit(f"override {key!r}: {part!r} is not an index of a {len(node)}-element list")
-            index: Any = int(part)
-        else:
-            index = part
-        if last:
-            node[index] = yaml.safe_load(raw)
-        else:
-            if isinstance(node, dict) and index not in node:
-                node[index] = {}
-            node = node[index]
-
-
 def resolve_config(path: str | None, overrides: list[str]) -> EvalConfig:
-    data: dict[str, Any] = {}
-    if path:
-        loaded = yaml.safe_load(Path(path).read_text())
-        if not isinstance(loaded, dict):
-            raise SystemExit(f"{path}: the config must be a mapping")
-        data = loaded
-    else:
-        data = {}
-    data = json.loads(json.dumps(data))  # plain containers
-    if overrides and "benchmarks" not in data and any(o.startswith("benchmarks.") for o in overrides):
-        data["benchmarks"] = EvalConfig().model_dump(mode="json")["benchmarks"]
-    for override in overrides:
-        apply_override(data, override)
+    """The config file with dotted overrides applied, validated."""
+    try:
+        data = config_data(path, overrides)
+    except OverrideError as exc:
+        raise SystemExit(str(exc)) from exc
     return EvalConfig.model_validate(data)
 
 
@@ -362,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:  # no Prefect run either: nothing is started
         try:
-            print(json.dumps(plan_run(config), indent=2, default=str))
-        except (CheckpointError, DatasetError) as exc:
+            print(json.dumps(plan_run(resolve_blocks(config)), indent=2, default=str))
+        except (CheckpointError, DatasetError, BlockNotFound) as exc:
             print(f"dry run: {exc}", file=sys.stderr)
             return 2
         return 0

@@ -133,6 +133,8 @@ def result_storage(
     name = "evalflow-results-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     if save:  # a dry run only reads records, which an unsaved block can do without the Prefect API
         block.save(name, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    if isinstance(block, RemoteFileSystem):  # this process's copy writes with the credentials; the saved one has none
+        block.settings = dict(storage_options or {})
     return block
 
 

@@ -98,6 +98,8 @@ class VLLMServer:
                 "--gpu-memory-utilization", str(self.cfg.gpu_memory_utilization),
                 "--tensor-parallel-size", str(self.cfg.tensor_parallel_size),
             ]  # fmt: skip
+        if self.cfg.tool_call_parser:  # e.g. hermes for Qwen3: the server turns tool-call text into tool_calls
+            cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.cfg.tool_call_parser]
         return cmd + list(self.cfg.extra_args)
 
     def environment(self) -> dict[str, str]:

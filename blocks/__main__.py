@@ -1,0 +1,66 @@
+"""`python -m blocks [--overwrite]`: register the block types and save the defaults by name.
+
+The `runs` store comes from EVALFLOW_STORE_URL when set (credentials from AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, endpoint from AWS_ENDPOINT_URL), so credentials go from
+the operator's environment into a secret block field, never into a file or a deployment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from blocks.run_store import RunStoreBlock
+from blocks.vllm_server import VLLMServerBlock
+
+DEFAULTS = Path(__file__).with_name("defaults.yaml")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TYPES: dict[str, Any] = {"evalflow-vllm-server": VLLMServerBlock, "evalflow-run-store": RunStoreBlock}
+
+
+def store_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    url = os.environ.get("EVALFLOW_STORE_URL")
+    if not url:
+        path = Path(fields["url"])
+        return {**fields, "url": str(path if path.is_absolute() or "://" in fields["url"] else REPO_ROOT / path)}
+    options: dict[str, Any] = {}
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        options["client_kwargs"] = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
+    env = {"key": "AWS_ACCESS_KEY_ID", "secret": "AWS_SECRET_ACCESS_KEY", "token": "AWS_SESSION_TOKEN"}
+    secrets = {field: os.environ[var] for field, var in env.items() if os.environ.get(var)}
+    return {"url": url, "storage_options": options, **secrets}
+
+
+def save_defaults(overwrite: bool = False) -> list[str]:
+    """Register the types, save each default block that is missing (or all, with overwrite)."""
+    saved = []
+    for slug, blocks in yaml.safe_load(DEFAULTS.read_text()).items():
+        block_cls = TYPES[slug]
+        block_cls.register_type_and_schema(_sync=True)
+        for name, fields in blocks.items():
+            if not overwrite:
+                try:
+                    block_cls.load(name, _sync=True)
+                    print(f"{slug}/{name}: exists, kept")
+                    continue
+                except ValueError:
+                    pass
+            block = block_cls(**(store_fields(fields) if block_cls is RunStoreBlock else fields))
+            block.save(name, overwrite=True, _sync=True)
+            saved.append(f"{slug}/{name}")
+            print(f"{slug}/{name}: saved")
+    return saved
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m blocks", description=__doc__)
+    parser.add_argument("--overwrite", action="store_true", help="replace blocks that already exist")
+    save_defaults(parser.parse_args().overwrite)
+
+
+if __name__ == "__main__":
+    main()

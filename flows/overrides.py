@@ -1,0 +1,76 @@
+"""Dotted key paths into a config's data (`sampling.temperature`, `benchmarks.0.repeats`): the
+command line's overrides and a sweep's grid keys both go through here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flows.config import EvalConfig
+
+
+class OverrideError(ValueError):
+    """A dotted key that does not name a place in the config, or a malformed key=value."""
+
+
+def _index(node: Any, part: str, key: str) -> Any:
+    if isinstance(node, list):
+        if not part.isdigit() or int(part) >= len(node):
+            raise OverrideError(f"{key!r}: {part!r} is not an index of a {len(node)}-element list")
+        return int(part)
+    if not isinstance(node, dict):
+        raise OverrideError(f"{key!r}: {part!r} is below a value ({node!r}), not a mapping or list")
+    return part
+
+
+def set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.0.c` to `value`, creating missing mappings on the way."""
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        index = _index(node, part, key)
+        if i == len(parts) - 1:
+            node[index] = value
+            return
+        if isinstance(node, dict) and node.get(index) is None:
+            node[index] = {}
+        node = node[index]
+
+
+def has_path(data: Any, key: str) -> bool:
+    """Whether `key` names an existing place in `data` (a full config dump, defaults included)."""
+    node = data
+    for part in key.split("."):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return False
+    return True
+
+
+def apply_override(data: dict[str, Any], dotted: str) -> None:
+    """Apply `key.path=value`; the value is parsed as YAML (numbers, booleans, lists, ...)."""
+    if "=" not in dotted:
+        raise OverrideError(f"override {dotted!r} is not key.path=value")
+    key, raw = dotted.split("=", 1)
+    set_path(data, key.strip(), yaml.safe_load(raw))
+
+
+def config_data(path: str | Path | None, overrides: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    """A config file's data (plain containers) with overrides applied, not yet validated."""
+    data: dict[str, Any] = {}
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if not isinstance(loaded, dict):
+            raise OverrideError(f"{path}: the config must be a mapping")
+        data = json.loads(json.dumps(loaded))
+    if overrides and "benchmarks" not in data and any(o.startswith("benchmarks.") for o in overrides):
+        data["benchmarks"] = EvalConfig().model_dump(mode="json")["benchmarks"]
+    for override in overrides:
+        apply_override(data, override)
+    return data

@@ -1,0 +1,84 @@
+"""Server and store blocks: saved by name, applied as defaults, overridden by the run, secrets kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blocks import RunStoreBlock, VLLMServerBlock
+from blocks.__main__ import save_defaults
+from blocks.resolve import BlockNotFound, resolve_blocks
+from flows.config import EvalConfig, ServerConfig
+
+
+@pytest.fixture
+def gpu_block(prefect_home: Path) -> str:
+    settings = ServerConfig(runtime="gpu", tool_call_parser="hermes", max_model_len=32768, gpu_memory_utilization=0.85)
+    VLLMServerBlock(settings=settings).save("test-gpu", overwrite=True)
+    return "test-gpu"
+
+
+def test_server_block_supplies_defaults_and_the_run_overrides(gpu_block: str) -> None:
+    cfg = EvalConfig.model_validate({"server": {"block": gpu_block, "max_model_len": 4096}})
+    resolved = resolve_blocks(cfg).server
+    assert (resolved.runtime, resolved.tool_call_parser, resolved.gpu_memory_utilization) == ("gpu", "hermes", 0.85)
+    assert resolved.max_model_len == 4096  # set by the run: wins over the block's 32768
+    assert resolved.block == gpu_block
+    assert cfg.server.max_model_len == 4096 and cfg.server.runtime == "auto"  # the input is not modified
+
+
+def test_missing_block_names_the_field(prefect_home: Path) -> None:
+    cfg = EvalConfig.model_validate({"store": {"block": "no-such-store"}})
+    with pytest.raises(BlockNotFound, match=r"store\.block: no saved evalflow-run-store block named 'no-such-store'"):
+        resolve_blocks(cfg)
+
+
+def test_store_credentials_stay_out_of_the_config(prefect_home: Path, tmp_path: Path) -> None:
+    RunStoreBlock(
+        url=str(tmp_path), storage_options={"client_kwargs": {"region_name": "x"}}, key="AKIA-blk", secret="s3cr3t-blk"
+    ).save("test-store", overwrite=True)
+    cfg = EvalConfig.model_validate({"store": {"block": "test-store"}})
+    store = resolve_blocks(cfg).store
+    assert store.url == str(tmp_path)
+    assert store.options == {"client_kwargs": {"region_name": "x"}, "key": "AKIA-blk", "secret": "s3cr3t-blk"}
+    dumped = resolve_blocks(cfg).model_dump_json()
+    assert "s3cr3t-blk" not in dumped and "AKIA-blk" not in dumped
+    loaded = RunStoreBlock.load("test-store")
+    assert "s3cr3t-blk" not in repr(loaded) and loaded.credentials()["secret"] == "s3cr3t-blk"
+
+
+def test_store_block_url_is_validated() -> None:
+    with pytest.raises(ValueError, match="unknown protocol 's4'"):
+        RunStoreBlock(url="s4://bucket/x")
+
+
+def test_server_block_cannot_nest_blocks() -> None:
+    with pytest.raises(ValueError, match="cannot name another block"):
+        VLLMServerBlock(settings=ServerConfig(block="other"))
+
+
+def test_save_defaults_keeps_existing_blocks(prefect_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EVALFLOW_STORE_URL", raising=False)
+    save_defaults(overwrite=True)
+    assert VLLMServerBlock.load("qwen3-4b-h100").settings.tool_call_parser == "hermes"
+    assert VLLMServerBlock.load("cpu-smoke").settings.extra_args == ["--enforce-eager"]
+    assert Path(RunStoreBlock.load("runs").url).is_absolute()
+    edited = VLLMServerBlock.load("cpu-smoke")
+    edited.settings.max_model_len = 1024
+    edited.save("cpu-smoke", overwrite=True)
+    assert "evalflow-vllm-server/cpu-smoke" not in save_defaults()
+    assert VLLMServerBlock.load("cpu-smoke").settings.max_model_len == 1024
+
+
+def test_store_block_from_the_environment(prefect_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALFLOW_STORE_URL", "s3://bucket/evals")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIA-env")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-env")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    save_defaults(overwrite=True)
+    block = RunStoreBlock.load("runs")
+    assert block.url == "s3://bucket/evals"
+    assert block.storage_options == {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
+    assert block.credentials() == {"key": "AKIA-env", "secret": "secret-env"}
