@@ -1,0 +1,249 @@
+"""The `sweep` flow: one base EvalConfig, a grid of dotted keys to lists of values, one child `eval`
+run per point of the cartesian product, and a report that puts the points side by side.
+
+    python -m flows.sweep --config configs/smoke.yaml --sweep sweeps/temperature.yaml [--dry-run]
+
+The sweep file holds `grid:` (e.g. `sampling.temperature: [0.6, 0.8]`), optionally `base:` (the
+config it was written for; it must match `--config`) and `deployment:` (default `eval/smoke`). Each
+point runs through that deployment, so points spread over its workers; with `--local` (or
+`deployment: null`) they run in this process, one after another. Every point is validated and the
+model is prepared once (converted, cached by content) before any child run starts.
+
+No `from __future__ import annotations`: deployments validate parameters against the signature.
+"""
+
+import argparse
+import asyncio
+import itertools
+import json
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import flow
+from prefect.context import FlowRunContext
+from prefect.deployments import run_deployment
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from blocks.resolve import BlockNotFound, resolve_blocks
+from envs.registry import get_env
+from flows.config import EvalConfig
+from flows.eval import eval_flow, plan_run
+from flows.overrides import OverrideError, config_data, has_path, set_path
+from tasks.checkpoints.prepare import prepare_model
+from tasks.index import read_entries
+from tasks.logs import get_logger
+from tasks.sweep_report import write_sweep_report
+
+DEFAULT_DEPLOYMENT = "eval/smoke"
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run as written: found before any child run starts."""
+
+
+class SweepFile(BaseModel):
+    """A sweep file: the grid, and what it was written for."""
+
+    model_config = ConfigDict(extra="forbid")
+    base: str | None = Field(None, description="the base config file the grid applies to")
+    deployment: str | None = Field(DEFAULT_DEPLOYMENT, description="the eval deployment that runs each point")
+    name: str | None = None
+    grid: dict[str, list[Any]]
+
+
+def _env_option(full: dict[str, Any], key: str) -> bool:
+    """`benchmarks.N.options.NAME`: environment options are free-form, checked by the environment."""
+    parts = key.split(".")
+    return (
+        len(parts) == 4 and parts[0] == "benchmarks" and parts[2] == "options" and has_path(full, ".".join(parts[:3]))
+    )
+
+
+def expand_grid(config: EvalConfig, grid: dict[str, list[Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every point of the grid as (its grid values, the child's config data), each validated.
+
+    The child's data holds only what the base config set plus the point's values (`exclude_unset`),
+    so blocks named in the base still provide the defaults in every child.
+    """
+    if not grid:
+        raise SweepError("the sweep grid is empty: give at least one key with a list of values")
+    full = config.model_dump(mode="json")
+    for key, values in grid.items():
+        if not has_path(full, key) and not _env_option(full, key):
+            raise SweepError(f"grid key {key!r} is not a field of the config (check the spelling and the list index)")
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"grid key {key!r}: give a non-empty list of values, got {values!r}")
+    if "api_key" in config.server.model_fields_set:
+        raise SweepError("server.api_key is set in the config: put it in a server block (server.block), so sweep "
+                         "points do not carry the key as a plain flow-run parameter")  # fmt: skip
+    base = config.model_dump(mode="json", exclude_unset=True)
+    points = []
+    for combo in itertools.product(*grid.values()):
+        values = dict(zip(grid, combo, strict=True))
+        data = json.loads(json.dumps(base))
+        for key, value in values.items():
+            set_path(data, key, value)
+        try:
+            for bench in EvalConfig.model_validate(data).benchmarks:
+                get_env(bench.name, **bench.options)  # option names and values, checked by the environment
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise SweepError(f"sweep point {values}: invalid config:\n{exc}") from exc
+        points.append((values, data))
+    return points
+
+
+def _prepare_once(points: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """Convert each distinct model of the sweep once, before the children (which then hit the cache)."""
+    prepared: dict[str, str] = {}
+    for _, data in points:
+        cfg = resolve_blocks(EvalConfig.model_validate(data))
+        if cfg.server.mode != "managed":
+            continue
+        ident = json.dumps([cfg.model.model_dump(mode="json"), cfg.server.runtime], sort_keys=True)
+        if ident not in prepared:
+            prepared[ident] = prepare_model(cfg.model, cfg.server.runtime).fingerprint
+    return list(prepared.values())
+
+
+async def _run_child(deployment: str | None, index: int, sweep_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """One point as a child flow run; its outcome (state, run id, headline) for the sweep report."""
+    name = f"{sweep_id}-p{index}"
+    if deployment is None:
+        result = await eval_flow.with_options(flow_run_name=name)(EvalConfig.model_validate(data))
+        return {"state": "Completed", "run_id": result["run_id"], "flow_run_id": None}
+    run = await run_deployment(deployment, parameters={"config": data}, flow_run_name=name, timeout=None)
+    state = run.state
+    return {
+        "state": state.name if state else "?",
+        "message": state.message if state and not state.is_completed() else None,
+        "flow_run_id": str(run.id),
+    }
+
+
+def _attach_runs(points: list[dict[str, Any]], store_url: str, options: dict[str, Any]) -> None:
+    """Each point's run in the store index (found by flow run id, or run id), with its headline."""
+    entries = read_entries(store_url, options)
+    by_flow_run = {e.get("flow_run_id"): e for e in entries if e.get("flow_run_id")}
+    by_run = {e.get("run_id"): e for e in entries}
+    for point in points:
+        entry = by_flow_run.get(point.get("flow_run_id")) or by_run.get(point.get("run_id"))
+        if entry:
+            point.update(run_id=entry["run_id"], headline=entry.get("headline", {}), report=entry.get("report"))
+
+
+@flow(name="sweep", log_prints=True)
+async def sweep_flow(
+    config: EvalConfig,
+    grid: dict[str, list[Any]],
+    deployment: str | None = DEFAULT_DEPLOYMENT,
+    name: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Run `config` at every point of `grid` (dotted keys to lists), each as a child `eval` run
+    through `deployment` (None: in this process), and write a report comparing the points."""
+    logger = get_logger()
+    points = expand_grid(config, grid)
+    resolved = resolve_blocks(config)  # a missing block fails here, before anything starts
+    logger.info("sweep over %s: %d points via %s", ", ".join(grid), len(points), deployment or "this process")
+    if dry_run:
+        plans = [{"values": v, **plan_run(resolve_blocks(EvalConfig.model_validate(d)))} for v, d in points]
+        summary = {"points": len(points), "deployment": deployment, "plans": plans}
+        logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
+        return summary
+    sweep_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+    started = datetime.now(UTC)
+    fingerprints = _prepare_once(points)
+    logger.info("sweep %s: model(s) prepared once (%s); starting %d child runs", sweep_id, fingerprints, len(points))
+    children = [_run_child(deployment, i, sweep_id, data) for i, (_, data) in enumerate(points)]
+    if deployment:  # the workers run the points side by side
+        outcomes = await asyncio.gather(*children, return_exceptions=True)
+    else:  # in this process: one server at a time
+        outcomes = []
+        for child in children:
+            try:
+                outcomes.append(await child)
+            except Exception as exc:  # a failed point is reported; the others still run
+                outcomes.append(exc)
+    results: list[dict[str, Any]] = []
+    for i, ((values, _), outcome) in enumerate(zip(points, outcomes, strict=True)):
+        if isinstance(outcome, BaseException):
+            outcome = {"state": "Failed", "message": repr(outcome)}
+        results.append({"index": i, "values": values, **outcome})
+    _attach_runs(results, resolved.store.url, resolved.store.options)
+    ctx = FlowRunContext.get()
+    info = {
+        "sweep_id": sweep_id,
+        "name": name,
+        "deployment": deployment,
+        "grid": grid,
+        "flow_run_id": str(ctx.flow_run.id) if ctx and ctx.flow_run else None,
+        "started_at": started.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "model_fingerprints": fingerprints,
+    }
+    urls = write_sweep_report(resolved.store.url, info, results, resolved.store.options)
+    failed = [r for r in results if r["state"] != "Completed"]
+    logger.info("sweep %s: %d/%d points completed; report %s", sweep_id, len(results) - len(failed), len(results),
+                urls["html"])  # fmt: skip
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(results)} sweep points did not complete: "
+                           + "; ".join(f"p{r['index']} {r['values']}: {r['state']} {r.get('message') or ''}"
+                                       for r in failed))  # fmt: skip
+    return {**info, "points": results, "reports": urls}
+
+
+def load_sweep(sweep_path: str, config_path: str | None) -> tuple[SweepFile, str]:
+    """The sweep file, and the base config path it runs on (checked against `--config`)."""
+    try:
+        spec = SweepFile.model_validate(yaml.safe_load(Path(sweep_path).read_text()) or {})
+    except ValidationError as exc:
+        raise SweepError(f"{sweep_path}: {exc}") from exc
+    if spec.base and config_path and Path(spec.base).resolve() != Path(config_path).resolve():
+        raise SweepError(
+            f"{sweep_path} was written for base config {spec.base!r}, but --config is {config_path!r}: "
+            "pass the same file (or drop `base:` from the sweep)"
+        )
+    base = config_path or spec.base
+    if not base:
+        raise SweepError(f"no base config: pass --config FILE or set `base:` in {sweep_path}")
+    return spec, base
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--config", help="the base EvalConfig YAML (default: the sweep file's `base:`)")
+    parser.add_argument("--sweep", required=True, help="YAML with `grid:` (dotted keys to lists)")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides of the base config")
+    parser.add_argument("--deployment", help="the eval deployment per point (default: the sweep file's)")
+    parser.add_argument("--local", action="store_true", help="run the points in this process, no deployment")
+    parser.add_argument("--dry-run", action="store_true", help="print the points and what each would run")
+    args = parser.parse_args(argv)
+    try:
+        spec, base = load_sweep(args.sweep, args.config)
+        config = EvalConfig.model_validate(config_data(base, args.overrides))
+        points = expand_grid(config, spec.grid)
+    except (SweepError, OverrideError, ValidationError, OSError) as exc:
+        print(f"invalid sweep:\n{exc}", file=sys.stderr)
+        return 2
+    deployment = None if args.local else (args.deployment or spec.deployment)
+    if args.dry_run:
+        try:
+            for values, data in points:
+                plan = plan_run(resolve_blocks(EvalConfig.model_validate(data)))
+                print(json.dumps({"values": values, "rollouts": plan["rollouts"], "model": plan["model"]}, default=str))
+        except (BlockNotFound, ValueError) as exc:
+            print(f"dry run: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    result = asyncio.run(sweep_flow(config, spec.grid, deployment=deployment, name=spec.name))
+    print(f"sweep report: {result['reports']['html']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Sweep grids: expansion to the cartesian product, and the errors found before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.config import EvalConfig
+from flows.overrides import OverrideError, config_data, has_path, set_path
+from flows.sweep import SweepError, expand_grid, load_sweep, main
+from tasks.sweep_report import points_table, render_html, render_markdown
+
+
+def base() -> EvalConfig:
+    return EvalConfig.model_validate(
+        {"run_name": "s", "server": {"block": "cpu-smoke"}, "benchmarks": [{"name": "gsm8k", "limit": 2}]}
+    )
+
+
+def test_two_by_two_grid_is_four_points_over_the_unset_base() -> None:
+    points = expand_grid(base(), {"sampling.temperature": [0.6, 0.8], "benchmarks.0.repeats": [1, 2]})
+    assert [v for v, _ in points] == [
+        {"sampling.temperature": 0.6, "benchmarks.0.repeats": 1},
+        {"sampling.temperature": 0.6, "benchmarks.0.repeats": 2},
+        {"sampling.temperature": 0.8, "benchmarks.0.repeats": 1},
+        {"sampling.temperature": 0.8, "benchmarks.0.repeats": 2},
+    ]
+    _, data = points[3]
+    # only what the base set plus the point: a server block still supplies every other server field
+    assert data["server"] == {"block": "cpu-smoke"}
+    assert data["sampling"] == {"temperature": 0.8}
+    assert data["benchmarks"] == [{"name": "gsm8k", "limit": 2, "repeats": 2}]
+    cfg = EvalConfig.model_validate(data)
+    assert cfg.server.model_fields_set == {"block"}
+    assert cfg.sampling.top_p == 1.0  # defaults untouched
+
+
+@pytest.mark.parametrize(
+    ("grid", "words"),
+    [
+        ({"sampling.temprature": [0.6]}, "'sampling.temprature' is not a field"),
+        ({"benchmarks.1.repeats": [2]}, "'benchmarks.1.repeats' is not a field"),
+        ({"sampling.temperature": []}, "non-empty list"),
+        ({}, "grid is empty"),
+        ({"benchmarks.0.repeats": [4, -1]}, "sweep point {'benchmarks.0.repeats': -1}"),
+        ({"benchmarks.0.options.fewshot": [0, 99]}, "fewshot must be an integer from 0 to"),
+        ({"benchmarks.0.options.fewshoot": [4]}, "fewshoot"),
+    ],
+)
+def test_bad_grids_fail_before_anything_runs(grid: dict, words: str) -> None:
+    with pytest.raises(SweepError) as exc:
+        expand_grid(base(), grid)
+    assert words in str(exc.value)
+
+
+def test_environment_options_are_grid_keys() -> None:
+    points = expand_grid(base(), {"benchmarks.0.options.fewshot": [0, 4]})
+    assert [d["benchmarks"][0]["options"] for _, d in points] == [{"fewshot": 0}, {"fewshot": 4}]
+
+
+def test_a_plain_api_key_is_not_spread_over_child_parameters() -> None:
+    cfg = EvalConfig.model_validate({"server": {"mode": "external", "base_url": "http://h:1/v1", "api_key": "sk-x"}})
+    with pytest.raises(SweepError, match="server block"):
+        expand_grid(cfg, {"sampling.temperature": [0.1, 0.2]})
+
+
+def test_sweep_file_must_name_the_same_base_as_the_command_line(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("base: configs/smoke.yaml\ngrid:\n  sampling.temperature: [0.6]\n")
+    with pytest.raises(SweepError, match=r"written for base config 'configs/smoke\.yaml'"):
+        load_sweep(str(sweep), "configs/demo.yaml")
+    assert load_sweep(str(sweep), None)[1] == "configs/smoke.yaml"
+    assert main(["--sweep", str(sweep), "--config", "configs/demo.yaml"]) == 2
+
+
+def test_cli_rejects_unknown_grid_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("grid:\n  sampling.temp: [0.6, 0.7]\n")
+    assert main(["--sweep", str(sweep), "--config", "configs/demo.yaml"]) == 2
+    assert "'sampling.temp' is not a field" in capsys.readouterr().err
+
+
+def test_dotted_paths() -> None:
+    data: dict = {"benchmarks": [{"name": "gsm8k"}]}
+    set_path(data, "benchmarks.0.options.fewshot", 4)
+    set_path(data, "sampling.seed", 7)
+    assert data == {"benchmarks": [{"name": "gsm8k", "options": {"fewshot": 4}}], "sampling": {"seed": 7}}
+    assert has_path(data, "benchmarks.0.options.fewshot") and not has_path(data, "benchmarks.1")
+    with pytest.raises(OverrideError, match="not an index"):
+        set_path(data, "benchmarks.x.name", "math")
+    with pytest.raises(OverrideError, match=r"not key\.path=value"):
+        config_data(None, ["sampling.seed"])
+
+
+def test_sweep_report_puts_points_side_by_side() -> None:
+    info = {"sweep_id": "sw1", "name": "t", "deployment": "eval/smoke", "grid": {"sampling.temperature": [0.6, 0.8]}}
+    headline = {"accuracy": 0.25, "accuracy_ci": [0.1, 0.5], "pass@n": 0.5, "mean_reward": 0.25}
+    points = [
+        {"index": 0, "values": {"sampling.temperature": 0.6}, "state": "Completed", "run_id": "r0",
+         "headline": {"gsm8k": headline}, "report": "runs/r0/report.html"},
+        {"index": 1, "values": {"sampling.temperature": 0.8}, "state": "Failed", "message": "boom"},
+    ]  # fmt: skip
+    table = points_table(info, points)
+    assert table.header[:3] == ["point", "sampling.temperature", "state"]
+    assert table.rows[0] == ["p0", "0.6", "Completed", "25.00% (10.0–50.0%)", "50.00%", "0.250", "r0"]
+    assert table.rows[1][2] == "Failed" and table.rows[1][-1] == "boom"
+    md = render_markdown(info, points)
+    assert "runs/r0/report.html" in md and "| p1 | 0.8 | Failed |" in md
+    page = render_html(info, points, "/store")
+    assert "sweep-accuracy" in page and "file:///store/runs/r0/report.html" in page
