@@ -123,7 +123,10 @@ class SamplingConfig(_Strict):
 
 class BenchmarkConfig(_Strict):
     name: str = Field(description="environment name, e.g. gsm8k")
-    dataset: str | None = Field(None, description="JSONL/parquet path or URL; default: the shipped offline set")
+    dataset: str | None = Field(
+        None,
+        description="JSONL/parquet path or URL, or hf-dataset:<path>?config=..&split=..; default: the shipped set",
+    )
     limit: int | None = Field(None, ge=1, description="use the first N prompts")
     repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
     options: dict[str, Any] = Field(default_factory=dict, description="environment options (e.g. fewshot)")

@@ -26,7 +26,7 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("model", pa.string(), nullable=False),
         pa.field("model_fingerprint", pa.string(), nullable=False),
         pa.field("sampling", pa.string(), nullable=False),  # JSON object
-        pa.field("messages", pa.string(), nullable=False),  # JSON list of chat messages sent
+        pa.field("messages", pa.string(), nullable=False),  # JSON: chat messages (list) or a prompt (string)
         pa.field("completion", pa.string()),  # final assistant text; null on error
         pa.field("transcript", pa.string()),  # JSON list: the whole conversation incl. the completion
         pa.field("finish_reason", pa.string()),
