@@ -109,3 +109,18 @@ def test_sweep_report_puts_points_side_by_side() -> None:
     assert "runs/r0/report.html" in md and "| p1 | 0.8 | Failed |" in md
     page = render_html(info, points, "/store")
     assert "sweep-accuracy" in page and "file:///store/runs/r0/report.html" in page
+
+
+def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("base: configs/demo.yaml\ngrid:\n  benchmarks.0.repeats: [1, 3]\n")
+    store = tmp_path / "store"
+    assert main(["--sweep", str(sweep), "--config", "configs/demo.yaml", f"store.url={store}", "--dry-run"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(p["values"], p["rollouts"]["to_generate"]) for p in lines] == [
+        ({"benchmarks.0.repeats": 1}, 50),
+        ({"benchmarks.0.repeats": 3}, 150),
+    ]
+    assert not store.exists()  # nothing written, nothing started
