@@ -87,8 +87,11 @@ def load_benchmarks(config: EvalConfig) -> list[Benchmark]:
     return benchmarks
 
 
-def _stop_servers(*_: Any) -> None:
-    """Crash and cancellation hooks: whatever happened, no server outlives the flow run."""
+def _stop_servers(*_: Any, **__: Any) -> None:
+    """Crash and cancellation hooks: whatever happened, no server outlives the flow run.
+
+    In-process Prefect passes (flow, flow_run, state) positionally; a worker's runner passes them
+    as keywords when it reports a killed flow-run process as crashed."""
     VLLMServer.stop_all()
 
 

@@ -4,15 +4,21 @@ shared by every end-to-end test."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from flows.config import ModelConfig, ServerConfig
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime import ensure_runtime
-from tasks.server import Endpoint, VLLMServer
+from tasks.server import Endpoint, VLLMServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,3 +67,41 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll until `predicate` returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real `prefect server start` on loopback with its own home and database: (API URL, home)."""
+    home = tmp_path_factory.mktemp("prefect-server-home")
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = (home / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{port}/api"
+
+    def healthy() -> bool:
+        assert proc.poll() is None, (home / "server.log").read_text()[-2000:]
+        try:
+            return httpx.get(f"{api}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, 180, "prefect server")
+    yield api, home
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)

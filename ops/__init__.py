@@ -1,0 +1,1 @@
+"""Operations: a local Prefect server, work pools, blocks, deployments and workers for evalflow."""

@@ -1,0 +1,304 @@
+"""Deployments the way operators use them: a real `prefect server start` on loopback, `prefect deploy`
+from prefect.yaml (through `python -m ops.local deploy`), real process workers, runs started with
+`prefect deployment run`, state changes and artifacts read through the Prefect API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks.server import Endpoint
+from tests.conftest import REPO_ROOT, wait_for
+from tests.faultproxy import FaultProxy
+from tests.flows.test_resume_e2e import cache_records, config_data, pairs
+
+pytestmark = pytest.mark.e2e
+
+
+class Deployed:
+    """The deployed project: the API, the environment of its CLI and workers, the run store."""
+
+    def __init__(self, api: str, home: Path, store: Path) -> None:
+        self.api, self.store = api, store
+        self.env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(home), "PYTHONPATH": str(REPO_ROOT),
+                    "EVALFLOW_STORE_URL": str(store)}  # fmt: skip
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+
+    def call(self, fn: Any) -> Any:
+        from prefect.client.orchestration import PrefectClient
+
+        async def go() -> Any:
+            async with PrefectClient(self.api) as client:
+                return await fn(client)
+
+        return asyncio.run(go())
+
+    def ops(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ops.local", *args], cwd=REPO_ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    def start_worker(self, pool: str) -> subprocess.Popen[bytes]:
+        log = (self.store.parent / f"worker-{pool}.log").open("ab")
+        self.workers[pool] = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
+            cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        return self.workers[pool]
+
+    def deployment(self, name: str) -> Any:
+        return self.call(lambda c: c.read_deployment_by_name(name))
+
+    def params(self, name: str) -> dict[str, Any]:
+        return json.loads(json.dumps(self.deployment(name).parameters))
+
+    def flow_run(self, flow_run_id: Any) -> Any:
+        return self.call(lambda c: c.read_flow_run(flow_run_id))
+
+    def finished(self, flow_run_id: Any, timeout: float) -> Any:
+        def final() -> Any:
+            run = self.flow_run(flow_run_id)
+            return run if run.state.is_final() else None
+
+        return wait_for(final, timeout, f"flow run {flow_run_id} to finish", interval=1.0)
+
+    def task_runs(self, flow_run_ids: list[Any], name: str) -> list[Any]:
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterName
+
+        return self.call(lambda c: c.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=flow_run_ids)),
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=name)),
+        ))  # fmt: skip
+
+    def artifacts(self, flow_run_id: Any) -> dict[str, Any]:
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+        found = self.call(lambda c: c.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        ))  # fmt: skip
+        return {a.key: a for a in found}
+
+
+@pytest.fixture(scope="module")
+def deployed(prefect_server: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    api, _ = prefect_server
+    root = tmp_path_factory.mktemp("deployed")
+    project = Deployed(api, root / "home", root / "store")
+    out = project.ops("deploy", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for pool in ("evalflow-cpu", "evalflow-gpu"):
+        project.start_worker(pool)
+    yield project
+    for proc in project.workers.values():  # the worker and any flow-run process it started
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run_id_of(output: str) -> str:
+    line = next(line for line in output.splitlines() if "UUID:" in line)
+    return line.split("UUID:")[1].strip()
+
+
+def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: Deployed) -> None:
+    from blocks import RunStoreBlock, VLLMServerBlock
+
+    names = {"eval/smoke", "eval/qwen3-4b", "eval/nightly-baseline", "sweep/temperature"}
+    found = {name: deployed.deployment(name) for name in names}
+    qwen = found["eval/qwen3-4b"].parameters["config"]
+    assert qwen["model"]["source"] == "Qwen/Qwen3-4B" and qwen["server"] == {"block": "qwen3-4b-h100"}
+    assert qwen["sampling"] == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 4096, "seed": 1234}
+    assert [(b["name"], b["repeats"]) for b in qwen["benchmarks"]] == [("tetris", 16), ("gsm8k", 4)]
+    assert qwen["collection"]["concurrency"] == 16
+    assert found["eval/qwen3-4b"].work_pool_name == "evalflow-gpu"
+    assert found["eval/smoke"].work_pool_name == "evalflow-cpu"
+    (nightly,) = found["eval/nightly-baseline"].schedules
+    assert (nightly.schedule.cron, nightly.schedule.timezone, nightly.active) == ("0 2 * * *", "UTC", True)
+    # the UI renders EvalConfig as a form from this schema
+    schema = found["eval/smoke"].parameter_openapi_schema
+    assert {"model", "server", "sampling", "benchmarks", "store"} <= set(
+        schema["definitions"]["EvalConfig"]["properties"]
+    )
+
+    async def blocks(client: Any) -> tuple[Any, Any]:
+        gpu = await VLLMServerBlock.aload("qwen3-4b-h100", client=client)
+        runs = await RunStoreBlock.aload("runs", client=client)
+        return gpu, runs
+
+    gpu, runs = deployed.call(blocks)
+    assert (gpu.settings.tool_call_parser, gpu.settings.tensor_parallel_size) == ("hermes", 1)
+    assert (gpu.settings.gpu_memory_utilization, gpu.settings.max_model_len) == (0.85, 32768)
+    assert runs.url == str(deployed.store)
+
+
+def test_smoke_deployment_run_completes_with_report_and_artifacts(deployed: Deployed) -> None:
+    params = deployed.params("eval/smoke")["config"]
+    params["benchmarks"][0].update(limit=4, repeats=2)  # the deployment's config, at test scale
+    params["sampling"]["max_tokens"] = 64
+    out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "state: Completed" in out.stdout
+    report = Path(next(line for line in out.stdout.splitlines() if line.startswith("report: "))[len("report: ") :])
+    assert report.is_file() and report.is_relative_to(deployed.store)  # the `runs` store block's folder
+    metrics = json.loads((report.parent / "metrics.json").read_text())
+    assert metrics["benchmarks"]["gsm8k"]["n_rollouts"] == 8
+    assert metrics["run_info"]["deployment"] == "smoke"
+    assert metrics["run_info"]["config"]["server"]["extra_args"] == ["--enforce-eager"]  # from the cpu-smoke block
+    assert (report.parent / "logs" / "vllm.log").is_file()  # a managed server was started and logged
+
+    artifacts = deployed.artifacts(run_id_of(out.stdout))
+    assert "gsm8k" in artifacts["eval-report"].data
+    table = artifacts["eval-report-metrics"].data
+    (row,) = json.loads(table) if isinstance(table, str) else table
+    assert (row["benchmark"], row["rollouts"]) == ("gsm8k", 8)
+    assert str(report) in artifacts["eval-report-html"].data
+
+
+def external(params: dict[str, Any], endpoint: Endpoint, **server: Any) -> dict[str, Any]:
+    """A deployment's config pointed at the tests' shared vLLM server (no server started)."""
+    params = json.loads(json.dumps(params))
+    params["model"] = {"source": endpoint.model, "served_name": endpoint.model}
+    params["server"] = {"mode": "external", "base_url": endpoint.base_url, **server}
+    params["benchmarks"] = [{"name": "gsm8k", "limit": 4, "repeats": 2}]
+    params["sampling"]["max_tokens"] = 64
+    return params
+
+
+def test_nightly_baseline_compares_with_the_previous_run(deployed: Deployed, endpoint: Endpoint) -> None:
+    params = external(deployed.params("eval/nightly-baseline")["config"], endpoint)
+    runs = []
+    for _ in range(2):
+        out = deployed.ops("run", "eval/nightly-baseline", "--param", f"config={json.dumps(params)}")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        report = next(line for line in out.stdout.splitlines() if line.startswith("report: "))[len("report: ") :]
+        runs.append(json.loads((Path(report).parent / "metrics.json").read_text()))
+    first, second = runs
+    assert first["run_info"]["deployment"] == "nightly-baseline" and "comparison" not in first
+    comparison = second["comparison"]
+    assert comparison["baseline"]["run_id"] == first["run_info"]["run_id"]
+    assert comparison["regressions"] == []  # same inputs, every batch cached: identical rollouts
+    assert second["benchmarks"]["gsm8k"]["accuracy"] == first["benchmarks"]["gsm8k"]["accuracy"]
+
+
+def test_bad_parameters_fail_before_any_server_naming_the_field(deployed: Deployed) -> None:
+    params = deployed.params("eval/smoke")["config"]
+    negative = json.loads(json.dumps(params))
+    negative["benchmarks"][0]["repeats"] = -1
+    out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(negative)}")
+    # the API checks the form against the schema: no flow run is created
+    assert "config.benchmarks[0].repeats" in out.stdout + out.stderr and "state:" not in out.stdout
+
+    wrong = json.loads(json.dumps(params))
+    wrong["benchmarks"][0]["name"] = "gsm9k"
+    wrong["store"] = {"url": "s4://bucket/evals"}
+    started = time.monotonic()
+    out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(wrong)}")
+    assert out.returncode == 1 and "state: Failed" in out.stdout, out.stdout[-2000:]
+    assert "config.benchmarks.0.name" in out.stdout and "unknown benchmark 'gsm9k'" in out.stdout
+    assert "config.store.url" in out.stdout and "unknown protocol 's4'" in out.stdout
+    assert time.monotonic() - started < 120
+    assert deployed.task_runs([run_id_of(out.stdout)], "%") == []  # no conversion, no server, no batch
+
+
+def test_sweep_runs_each_point_through_the_deployment_converting_once(deployed: Deployed, tmp_path: Path) -> None:
+    params = deployed.params("sweep/temperature")
+    config = params["config"]
+    config["model"]["cache_dir"] = str(tmp_path / "checkpoints")  # a fresh conversion cache
+    config["benchmarks"][0].update(limit=2)
+    config["sampling"]["max_tokens"] = 32
+    grid = {"sampling.temperature": [0.6, 1.0], "benchmarks.0.repeats": [1, 2]}
+    out = deployed.ops("run", "sweep/temperature", "--param", f"config={json.dumps(config)}",
+                       "--param", f"grid={json.dumps(grid)}", timeout=1500)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    sweep_run = run_id_of(out.stdout)
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    children = deployed.call(lambda c: c.read_flow_runs(
+        flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[sweep_run]))
+    ))  # fmt: skip
+    assert len(children) == 4 and all(c.state.is_completed() for c in children)
+    assert {c.deployment_id for c in children} == {deployed.deployment("eval/smoke").id}
+    # one conversion: the sweep converted, every child found it cached
+    prepares = deployed.task_runs([sweep_run, *(c.id for c in children)], "prepare-model%")
+    assert sorted(t.state.name for t in prepares) == ["Cached"] * 4 + ["Completed"]
+    assert len([p for p in (tmp_path / "checkpoints").iterdir() if p.is_dir() and not p.name.startswith(".")]) == 1
+
+    sweep = json.loads(next((deployed.store / "sweeps").glob("*/sweep.json")).read_text())
+    assert sorted((p["values"]["sampling.temperature"], p["values"]["benchmarks.0.repeats"]) for p in sweep["points"]) \
+        == [(0.6, 1), (0.6, 2), (1.0, 1), (1.0, 2)]  # fmt: skip
+    rollouts = {p["values"]["benchmarks.0.repeats"]: p["headline"]["gsm8k"]["rollouts"] for p in sweep["points"]}
+    assert rollouts == {1: 2, 2: 4}
+    assert all(p["state"] == "Completed" and (deployed.store / p["report"]).is_file() for p in sweep["points"])
+    assert "sweep-report" in deployed.artifacts(sweep_run)
+
+
+def test_retry_of_a_crashed_deployment_run_collects_only_lost_batches(
+    deployed: Deployed, endpoint: Endpoint, tmp_path: Path
+) -> None:
+    """Kill the worker's flow-run process mid-run, mark the run crashed, retry it as the UI does: the
+    same flow run id runs again and collects only the batches the crash lost."""
+    from prefect.states import Crashed, Scheduled
+
+    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
+    try:
+        store = tmp_path / "store"
+        data = config_data(store, proxy.base_url, endpoint.model)
+        data["benchmarks"][0]["limit"] = 12  # 6 batches of 4 rollouts, one at a time
+        smoke = deployed.deployment("eval/smoke").id
+        flow_run = deployed.call(lambda c: c.create_flow_run_from_deployment(smoke, parameters={"config": data}))
+
+        def two_batches_persisted() -> bool:
+            if len(cache_records(store)) >= 2:
+                return True
+            state = deployed.flow_run(flow_run.id).state
+            assert not state.is_final(), f"the run ended before it could be killed: {state}"
+            return False
+
+        wait_for(two_batches_persisted, 600, "two persisted batches", interval=0.5)
+        worker = deployed.workers["evalflow-cpu"]
+        worker_log = deployed.store.parent / "worker-evalflow-cpu.log"
+
+        def worker_advice() -> int:
+            text = worker_log.read_text(errors="replace")
+            return text.count("prefect.flow_runs.worker - Check whether the flow run exceeded its memory")
+
+        advice_before = worker_advice()
+        children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()
+        assert children, "no flow-run process under the worker"
+        for pid in children:
+            os.kill(int(pid), signal.SIGKILL)
+        # the worker sees its process die and reports the crash (set it, as an operator would, if not)
+        try:
+            wait_for(lambda: deployed.flow_run(flow_run.id).state.is_crashed(), 60, "the worker to report the crash")
+        except AssertionError:
+            crashed = Crashed(message="killed by the test")
+            deployed.call(lambda c: c.set_flow_run_state(flow_run.id, crashed, force=True))
+        persisted = len(cache_records(store))
+        assert 2 <= persisted < 6
+
+        # The worker proposes Crashed twice, seconds apart: its runner at once, then the worker itself
+        # after the crash hooks ran. A retry between the two would be overwritten (as after a very quick
+        # click in the UI), so retry once the worker is done: its last word is the SIGKILL advice.
+        wait_for(lambda: worker_advice() > advice_before, 120, "the worker to finish handling the crash")
+
+        before = proxy.counts.forwarded
+        retry = Scheduled(name="AwaitingRetry")  # what the UI's Retry button does: the same flow run, again
+        deployed.call(lambda c: c.set_flow_run_state(flow_run.id, retry, force=True))
+        final = deployed.finished(flow_run.id, 600)
+        assert final.state.is_completed(), final.state
+        assert final.run_count >= 2  # the same flow run id ran again
+        assert proxy.counts.forwarded - before == (6 - persisted) * 4
+        run_dirs = [d for d in (store / "runs").iterdir() if (d / "metrics.json").exists()]
+        assert len(run_dirs) == 1
+        assert pairs(str(run_dirs[0])) == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})
+    finally:
+        proxy.stop()
