@@ -35,7 +35,7 @@ import plotly.graph_objects as go
 from filelock import FileLock
 
 from tasks import store
-from tasks.reports import fig_html, fmt_ci, fmt_num, fmt_rate, headline_rows, html_page, slug
+from tasks.reports import error_bars, fig_html, fmt_ci, fmt_num, fmt_rate, headline_rows, html_page, slug
 
 logger = logging.getLogger(__name__)
 
@@ -319,13 +319,7 @@ def trend_charts(entries: list[dict[str, Any]], limit: int = MAX_TREND_CHARTS) -
                 text=labels,
                 mode="lines+markers",
                 name="accuracy",
-                error_y={
-                    "type": "data",
-                    "array": [None if a is None or c[1] is None else c[1] - a for a, c in zip(acc, cis, strict=True)],
-                    "arrayminus": [
-                        None if a is None or c[0] is None else a - c[0] for a, c in zip(acc, cis, strict=True)
-                    ],
-                },
+                error_y=error_bars(acc, cis),
                 hovertemplate="%{text}<br>accuracy %{y:.2%}<extra></extra>",
             )
         )

@@ -668,7 +668,7 @@ def json_script(data: Any, css_class: str) -> str:
     return f'<script type="application/json" class="{css_class}">{text}</script>'
 
 
-def _error_bars(values: list[float | None], cis: list[tuple[float | None, float | None]]) -> dict[str, Any]:
+def error_bars(values: list[float | None], cis: list[tuple[float | None, float | None]]) -> dict[str, Any]:
     plus = [None if v is None or hi is None else hi - v for v, (_, hi) in zip(values, cis, strict=True)]
     minus = [None if v is None or lo is None else v - lo for v, (lo, _) in zip(values, cis, strict=True)]
     return {"type": "data", "array": plus, "arrayminus": minus, "visible": True}
@@ -694,13 +694,11 @@ def headline_charts(metrics: dict[str, Any]) -> list[str]:
                 if key == "pass@1"
                 else _ci(bm, "pass_at_k" if key == "pass@n" else "maj_at_k", n)
             )
-        rates.add_trace(go.Bar(x=names, y=values, name=label, error_y=_error_bars(values, cis)))
+        rates.add_trace(go.Bar(x=names, y=values, name=label, error_y=error_bars(values, cis)))
     rates.update_layout(barmode="group", yaxis={"title": "rate", "range": [0, 1.05], "tickformat": ".0%"})
     rewards = [r["mean_reward"] for r in rows]
     reward = go.Figure(
-        go.Bar(
-            x=names, y=rewards, name="mean reward", error_y=_error_bars(rewards, [r["mean_reward_ci"] for r in rows])
-        )
+        go.Bar(x=names, y=rewards, name="mean reward", error_y=error_bars(rewards, [r["mean_reward_ci"] for r in rows]))
     )
     reward.update_layout(yaxis_title="mean reward")
     return [
@@ -735,7 +733,7 @@ def benchmark_charts(name: str, bm: dict[str, Any]) -> list[str]:
                 y=values,
                 mode="lines+markers",
                 name=label,
-                error_y=_error_bars(values, [_ci(bm, metric, k) for k in ks]),
+                error_y=error_bars(values, [_ci(bm, metric, k) for k in ks]),
             )
         )
     curve.update_layout(
