@@ -146,7 +146,9 @@ class CollectionConfig(_Strict):
     concurrency: int | None = Field(
         None, ge=1, description="requests in flight; empty: found while collecting (adaptive)"
     )
-    batches_in_flight: int = Field(2, ge=1, description="batches collected at once (keeps the server busy)")
+    batches_in_flight: int | None = Field(
+        None, ge=1, description="batches collected at once; empty: enough to fill the concurrency limit, plus one"
+    )
     request_timeout_s: float = Field(300.0, gt=0)
     max_request_retries: int = Field(4, ge=0, description="retries of a transient request error, with backoff")
 

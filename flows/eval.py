@@ -11,6 +11,7 @@ its signature, and postponed (string) annotations leave `EvalConfig` unresolved 
 import argparse
 import asyncio
 import json
+import math
 import signal
 import sys
 import tempfile
@@ -38,6 +39,7 @@ from tasks.cache import FileLockManager, lock_directory, lookup, result_storage
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
 from tasks.compare import baseline_comparison
+from tasks.concurrency import Limiter, request_priority
 from tasks.logs import get_logger
 from tasks.progress import Progress
 from tasks.reports import format_terminal_summary, report_task
@@ -120,20 +122,30 @@ def plan(benchmarks: list[Benchmark], config: EvalConfig, model_fingerprint: str
 
 
 async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> list[BatchResult]:
-    """Reuse cached batches; run the others a few at a time. Requests share one semaphore, so
-    batches overlap their tails. A failed batch does not stop the others: what finishes is kept."""
+    """Reuse cached batches; run the others a few at a time. Requests share one limiter, earlier batches
+    first, so batches overlap their tails and the oldest open one finishes first. As many batches are
+    open as fill the (possibly growing) request limit, plus one. A failed batch does not stop the
+    others: what finishes is kept."""
     progress = Progress(sum(p.batch.size for p in work))
     await progress.start()
-    window = asyncio.Semaphore(ctx.collection.batches_in_flight)
+    requests = ctx.requests()
+    requests.expect(sum(p.batch.size for p in work if p.cached is None))
 
-    async def one(item: Planned) -> BatchResult:
+    def open_batches(limit: int) -> int:
+        return ctx.collection.batches_in_flight or math.ceil(limit / ctx.collection.batch_size) + 1
+
+    window = Limiter(open_batches(requests.limit))
+    requests.on_resize.append(lambda limit: window.resize(open_batches(limit)))
+
+    async def one(position: int, item: Planned) -> BatchResult:
         target = batch_url(ctx.run_dir, item.batch)
         if item.cached is not None:
             if item.cached.url != target:  # every run folder holds all of its rollouts
                 store.copy(item.cached.url, target, ctx.storage_options)
             await progress.advance(item.cached.rollouts, generated=False)
             return BatchResult(target, item.cached.rollouts, item.cached.errors, item.cached.completion_tokens, 0.0)
-        async with window:
+        async with window.slot(position):
+            request_priority.set(position)  # this task's context: the batch's requests inherit it
             run = batch_task.with_options(refresh_cache=True) if item.stale else batch_task
             result = await run(ctx, item.env, item.batch)
         if result.url != target:  # a concurrent run collected it first (we waited on its lock)
@@ -142,7 +154,7 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
         await progress.advance(result.rollouts, result.completion_tokens)
         return result
 
-    outcomes = await asyncio.gather(*(one(item) for item in work), return_exceptions=True)
+    outcomes = await asyncio.gather(*(one(i, item) for i, item in enumerate(work)), return_exceptions=True)
     failures = [o for o in outcomes if isinstance(o, BaseException)]
     if failures:
         done = len(work) - len(failures)

@@ -26,7 +26,7 @@ from prefect.context import TaskRunContext
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv, canonical_json
 from flows.config import CollectionConfig, SamplingConfig
 from tasks import store
-from tasks.concurrency import Limiter, make_limiter
+from tasks.concurrency import Limiter, make_limiter, request_priority
 from tasks.records import to_json, to_table
 from tasks.server import Endpoint
 
@@ -158,11 +158,11 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
 async def _chat(ctx: CollectContext, **kwargs: Any) -> tuple[Any, float]:
     """One request (chat, or a text completion with `plain=True`) under the run's concurrency limit:
     (response, latency in seconds)."""
-    async with ctx.requests():
+    async with ctx.requests().slot(request_priority.get()) as ticket:
         started = time.perf_counter()
         response = await request_with_retries(ctx, model=ctx.endpoint.model, **kwargs, **ctx.sampling.as_request())
         latency = time.perf_counter() - started
-        ctx.requests().record(response.usage.completion_tokens if response.usage else 0)
+        ticket.tokens = response.usage.completion_tokens if response.usage else 0
     return response, latency
 
 

@@ -117,7 +117,7 @@ def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: De
     assert qwen["model"]["source"] == "Qwen/Qwen3-4B" and qwen["server"] == {"block": "qwen3-4b-h100"}
     assert qwen["sampling"] == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 4096, "seed": 1234}
     assert [(b["name"], b["repeats"]) for b in qwen["benchmarks"]] == [("tetris", 16), ("gsm8k", 4)]
-    assert qwen["collection"]["concurrency"] == 16
+    assert qwen["collection"] == {"batch_size": 64}  # concurrency found while collecting
     assert found["eval/qwen3-4b"].work_pool_name == "evalflow-gpu"
     assert found["eval/smoke"].work_pool_name == "evalflow-cpu"
     (nightly,) = found["eval/nightly-baseline"].schedules

@@ -1,0 +1,75 @@
+"""How `collect_all` opens batches: enough to fill the request limit (growing with it), earliest first."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from envs.registry import get_env
+from flows.config import CollectionConfig, SamplingConfig
+from flows.eval import Planned, collect_all
+from tasks.concurrency import request_priority
+from tasks.rollouts import Batch, BatchResult, CollectContext, batch_url
+from tasks.server import Endpoint
+
+
+class Recorder:
+    """Stands in for the Prefect batch task: each rollout is two turns, each taking a request slot at its
+    batch's priority (a later turn re-queues, and must not wait behind later batches' first turns)."""
+
+    def __init__(self, ctx: CollectContext, grow_after: int | None = None) -> None:
+        self.ctx, self.grow_after = ctx, grow_after
+        self.open = self.peak_open = self.requests = 0
+        self.priorities: set[tuple[int, int]] = set()  # (batch index, priority its requests carried)
+
+    async def __call__(self, ctx: CollectContext, env: Any, batch: Batch) -> BatchResult:
+        self.open += 1
+        self.peak_open = max(self.peak_open, self.open)
+
+        async def request() -> None:
+            for _turn in range(2):
+                self.priorities.add((batch.index, request_priority.get()))
+                async with ctx.requests().slot(request_priority.get()):
+                    self.requests += 1
+                    if self.requests == self.grow_after:
+                        ctx.requests().resize(ctx.requests().limit * 4)
+                    await asyncio.sleep(0.005)
+
+        await asyncio.gather(*(request() for _ in range(batch.size)))
+        self.open -= 1
+        return BatchResult(batch_url(ctx.run_dir, batch), batch.size, 0, 0, 0.0)
+
+
+def run(tmp_path: Any, batches: int, concurrency: int, grow_after: int | None = None) -> Recorder:
+    collection = CollectionConfig(batch_size=4, concurrency=concurrency)
+    ctx = CollectContext(
+        "run", str(tmp_path), Endpoint("http://127.0.0.1:9/v1", "m"), "fp", SamplingConfig(), collection, {}
+    )
+    env = get_env("gsm8k")
+    work = [Planned(env, Batch("gsm8k", i, f"k{i}", tuple({"i": n} for n in range(4)), (0,))) for i in range(batches)]
+    recorder = Recorder(ctx, grow_after)
+    results = asyncio.run(collect_all(ctx, work, recorder))
+    assert [r.rollouts for r in results] == [4] * batches
+    return recorder
+
+
+def test_open_batches_fill_the_limit_plus_one_and_requests_carry_their_batch_position(tmp_path: Any) -> None:
+    """The position is the limiter's priority (tests/tasks/test_concurrency.py: lower goes first)."""
+    recorder = run(tmp_path, batches=12, concurrency=8)
+    assert recorder.peak_open == 3  # 8 requests in flight / 4 per batch, plus one queued behind them
+    assert recorder.requests == 12 * 4 * 2 and recorder.priorities == {(i, i) for i in range(12)}
+
+
+def test_a_growing_limit_opens_more_batches(tmp_path: Any) -> None:
+    recorder = run(tmp_path, batches=24, concurrency=4, grow_after=6)  # 4 -> 16 requests in flight
+    assert recorder.peak_open == 5
+
+
+def test_an_explicit_batches_in_flight_caps_open_batches(tmp_path: Any) -> None:
+    collection = CollectionConfig(batch_size=4, concurrency=64, batches_in_flight=2)
+    ctx = CollectContext("run", str(tmp_path), Endpoint("http://x/v1", "m"), "fp", SamplingConfig(), collection, {})
+    env = get_env("gsm8k")
+    work = [Planned(env, Batch("gsm8k", i, f"k{i}", ({"i": 0},) * 4, (0,))) for i in range(6)]
+    recorder = Recorder(ctx)
+    asyncio.run(collect_all(ctx, work, recorder))
+    assert recorder.peak_open == 2
