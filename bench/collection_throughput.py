@@ -4,9 +4,9 @@ prompts, same per-rollout seeds, measured alternately in one run.
     uv run python -m bench.collection_throughput                 # starts its own vLLM (default mode)
     uv run python -m bench.collection_throughput --base-url URL --model NAME   # an external server
 
-Prints one row per measurement, then evalflow's tokens/s as a ratio to the raw client's best concurrency:
-the ratio of the medians over rounds, and the median of per-round ratios (each round's runs are minutes
-apart, so a machine whose speed drifts by 10% over a quarter of an hour shifts both sides alike).
+First the raw client at each --concurrency, to find its best; then --pairs pairs of (raw client at that
+best, evalflow at its defaults) back to back, the order flipping each pair. Prints one row per run and
+evalflow's tokens/s as a ratio to the raw client in its own pair, with the median over pairs.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(parser)
     parser.add_argument("--prompts", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=4, help="back-to-back (raw best, evalflow) pairs")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 32, 64])
@@ -79,58 +79,68 @@ def main() -> None:
         measure(args, base_url, model)
 
 
-def run_raw(args: argparse.Namespace, base_url: str, model: str, jobs: list, rnd: int) -> dict[str, float]:
-    """tokens/s of the raw client at each concurrency."""
-    out = {}
-    for conc in args.concurrency:
-        secs, tokens = asyncio.run(raw_client(base_url, model, jobs, conc, args))
-        out[f"raw c={conc}"] = tokens / secs
-        show(rnd, f"raw c={conc}", secs, tokens, len(jobs))
-    return out
+def show(step: str, label: str, secs: float, tokens: int, completions: int) -> None:
+    print(f"{step:>6} {label:<24} {secs:8.1f} {completions / secs:8.2f} {tokens / secs:9.0f}", flush=True)
 
 
-def run_evalflow(args: argparse.Namespace, base_url: str, model: str, jobs: list, rnd: int) -> dict[str, float]:
+def raw_rate(args: argparse.Namespace, base_url: str, model: str, jobs: list, conc: int, step: str) -> float:
+    secs, tokens = asyncio.run(raw_client(base_url, model, jobs, conc, args))
+    show(step, f"raw c={conc}", secs, tokens, len(jobs))
+    return tokens / secs
+
+
+def evalflow_rates(args: argparse.Namespace, base_url: str, model: str, jobs: list, step: str) -> dict[str, float]:
     """tokens/s of evalflow's collection and whole flow, at its defaults (and any fixed concurrency)."""
     out = {}
     for fixed in [None, *args.evalflow_fixed]:
         collect, wall, tokens = evalflow_run(base_url, model, args, fixed)
         name = "evalflow" if fixed is None else f"evalflow c={fixed}"
         out[f"{name} (collect)"], out[f"{name} (whole flow)"] = tokens / collect, tokens / wall
-        show(rnd, f"{name} collect", collect, tokens, len(jobs))
-        show(rnd, f"{name} whole flow", wall, tokens, len(jobs))
+        show(step, f"{name} collect", collect, tokens, len(jobs))
+        show(step, f"{name} whole flow", wall, tokens, len(jobs))
     return out
 
 
-def show(rnd: int, label: str, secs: float, tokens: int, completions: int) -> None:
-    print(f"{rnd:>5} {label:<24} {secs:8.1f} {completions / secs:8.2f} {tokens / secs:9.0f}", flush=True)
-
-
 def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
+    """Find the raw client's best concurrency, then alternate it with evalflow in pairs.
+
+    This machine's speed drifts by up to 25% within minutes (shared host), so a ratio is only taken between
+    two runs back to back, and the order flips every pair."""
     env = get_env("gsm8k")
     rows = load_rows(str(env.default_dataset_path()), env, limit=args.prompts)
     jobs = [(env.messages(row), rollout_seed(1234, env.prompt_id(row), 0)) for row in rows]
     asyncio.run(raw_client(base_url, model, jobs[:16], 16, args))  # warm-up
-    results: dict[str, list[float]] = {}
-    paired: dict[str, list[float]] = {}  # per round: evalflow / the raw client's best in that same round
-    print(f"{'round':>5} {'what':<24} {'seconds':>8} {'compl/s':>8} {'tokens/s':>9}", flush=True)
-    for rnd in range(1, args.rounds + 1):
-        # alternate the order, so a machine that speeds up or slows down during the run favours neither
-        steps = (run_raw, run_evalflow) if rnd % 2 else (run_evalflow, run_raw)
-        measured = {k: v for step in steps for k, v in step(args, base_url, model, jobs, rnd).items()}
-        best_raw = max(v for k, v in measured.items() if k.startswith("raw"))
+    # evalflow's warm-up: the first flow in a process starts Prefect's ephemeral API, which keeps working
+    # (and competing with a CPU server) for a while; deployments run against a long-running one instead
+    evalflow_run(base_url, model, argparse.Namespace(**{**vars(args), "prompts": 16}), None)
+    print(f"{'step':>6} {'what':<24} {'seconds':>8} {'compl/s':>8} {'tokens/s':>9}", flush=True)
+    scan = {conc: raw_rate(args, base_url, model, jobs, conc, "scan") for conc in args.concurrency}
+    best = max(scan, key=lambda conc: scan[conc])
+    print(f"\nthe raw client's best concurrency: {best}; now {args.pairs} pairs, alternating\n", flush=True)
+    raw: list[float] = []
+    ours: dict[str, list[float]] = {}
+    ratios: dict[str, list[float]] = {}
+    for pair in range(1, args.pairs + 1):
+        step = f"pair {pair}"
+        if pair % 2:
+            raw.append(raw_rate(args, base_url, model, jobs, best, step))
+            measured = evalflow_rates(args, base_url, model, jobs, step)
+        else:
+            measured = evalflow_rates(args, base_url, model, jobs, step)
+            raw.append(raw_rate(args, base_url, model, jobs, best, step))
         for name, value in measured.items():
-            results.setdefault(name, []).append(value)
-            if not name.startswith("raw"):
-                paired.setdefault(name, []).append(value / best_raw)
+            ours.setdefault(name, []).append(value)
+            ratios.setdefault(name, []).append(value / raw[-1])
 
-    print("\nmedian tokens/s over rounds:")
-    medians = {name: statistics.median(v) for name, v in results.items()}
-    for name, value in medians.items():
-        print(f"  {name:<28} {value:9.0f}")
-    best_raw = max(v for k, v in medians.items() if k.startswith("raw"))
-    print(f"\n{'ratio to the raw client best':<32} {'of medians':>10} {'median of per-round ratios':>28}")
-    for name in paired:
-        print(f"  {name:<30} {medians[name] / best_raw:10.3f} {statistics.median(paired[name]):28.3f}")
+    print("\nmedian tokens/s:")
+    for conc, value in scan.items():
+        print(f"  {'raw c=' + str(conc) + ' (scan)':<30} {value:9.0f}")
+    print(f"  {'raw c=' + str(best) + ' (pairs)':<30} {statistics.median(raw):9.0f}")
+    for name, values in ours.items():
+        print(f"  {name:<30} {statistics.median(values):9.0f}")
+    print(f"\n{'ratio to the raw client at ' + str(best):<32} {'per pair':<30} {'median':>7}")
+    for name, values in ratios.items():
+        print(f"  {name:<30} {' '.join(f'{v:.3f}' for v in values):<30} {statistics.median(values):7.3f}")
 
 
 if __name__ == "__main__":
