@@ -26,7 +26,7 @@ sync: uv
 	$(UV) sync --frozen
 
 runtime: sync
-	$(RUN) python -m tasks.runtime
+	$(RUN) python -m tasks.runtime.venv
 
 # Headless Chromium for the HTML report tests (Debian's package; no browser download).
 browser:

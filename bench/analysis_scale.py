@@ -7,7 +7,7 @@
 The synthetic run looks like a real one: a gsm8k-like benchmark (single turn, the env's info JSON,
 per-prompt difficulty, parse errors, length stops, a few request errors) and a tetris-like one
 (multi-turn transcripts with 0-10 tool calls, rewards of -0.1 per action and +10 per cleared row),
-written as 20 parquet batch files through tasks.store. The measured work runs in a fresh child
+written as 20 parquet batch files through core.store. The measured work runs in a fresh child
 process, so the peak RSS (ru_maxrss) is the analysis's own, not the generator's. Goal on the
 2-core dev machine: under 15 s and under 2 GB. CPU seconds (user + sys) are printed next to wall
 times, with the machine's CPU pressure: on a shared machine the wall times grow with other load,
@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks import store
-from tasks.records import ROLLOUT_SCHEMA, to_json
+from core import store
+from core.schema import ROLLOUT_SCHEMA, to_json
 
 RUN_ID = "bench-scale-run"
 FINAL_BOARD = "_____\n_____\n__X__\n#_##_\n##_##"
@@ -237,8 +237,8 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
         timings[name], cpu[name] = time.perf_counter() - started, _cpu() - cpu_started
 
     t0, c0 = time.perf_counter(), _cpu()
-    from tasks.analysis import compute_metrics
-    from tasks.reports import write_report
+    from tasks.analysis.metrics import compute_metrics
+    from tasks.reporting.report import write_report
 
     phase("import", t0, c0)
     run_dir = store.join(store_url, "runs", RUN_ID)
@@ -258,7 +258,7 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
     urls = write_report(run_dir, metrics, run_info, files)
     phase("write_report", t, c)
     try:
-        from tasks.index import index_entry, update_index
+        from tasks.reporting.index import index_entry, update_index
     except ImportError:  # older trees without the run index
         pass
     else:

@@ -20,11 +20,11 @@ import time
 import openai
 
 from bench.common import add_server_args, server_from
+from core.config import EvalConfig
 from envs.datasets import load_rows
 from envs.registry import get_env
-from flows.config import EvalConfig
 from flows.eval import eval_flow
-from tasks.rollouts import rollout_seed
+from tasks.collection.rollouts import rollout_seed
 
 
 async def raw_client(base_url: str, model: str, jobs: list[tuple[list, int]], concurrency: int, args) -> tuple:

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from flows.config import ModelConfig, ServerConfig
+from core.config import ModelConfig, ServerConfig
 from tasks.checkpoints.prepare import prepare_model_impl
-from tasks.runtime import ensure_runtime
-from tasks.server import VLLMServer
+from tasks.runtime.venv import ensure_runtime
+from tasks.serving.server import VLLMServer
 
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:

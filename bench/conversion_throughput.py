@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.prepare import prepare_model_impl
 from tasks.checkpoints.runner import run_script
 from tasks.checkpoints.sources import find_default_gguf
-from tasks.runtime import ensure_runtime
+from tasks.runtime.venv import ensure_runtime
 
 
 def copy_seconds(files: list[Path], dst: Path) -> float:

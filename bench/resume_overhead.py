@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from bench.common import add_server_args, server_from
-from flows.config import EvalConfig
+from core.config import EvalConfig
 from flows.eval import eval_flow
 
 ROOT = Path(__file__).resolve().parents[1]

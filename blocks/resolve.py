@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.config import EvalConfig, ServerConfig, StoreConfig
+from core.config import EvalConfig, ServerConfig, StoreConfig
 
 
 class BlockNotFound(ValueError):

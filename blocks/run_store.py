@@ -9,7 +9,7 @@ from typing import Any
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator
 
-from flows.config import StoreConfig
+from core.config import StoreConfig
 
 
 class RunStoreBlock(Block):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator
 
-from flows.config import ServerConfig
+from core.config import ServerConfig
 
 
 class VLLMServerBlock(Block):

@@ -28,24 +28,32 @@ from prefect.context import FlowRunContext
 from prefect.runtime import deployment as prefect_deployment
 
 from blocks.resolve import BlockNotFound, resolve_blocks
+from core import store
+from core.config import EvalConfig
+from core.logs import get_logger
+from core.overrides import OverrideError, config_data
 from envs.base import DatasetError, Env
 from envs.datasets import load_rows
 from envs.registry import get_env
-from flows.config import EvalConfig
-from flows.overrides import OverrideError, config_data
-from tasks import store
-from tasks.analysis import analyze_task
-from tasks.cache import FileLockManager, lock_directory, lookup, result_storage
+from tasks.analysis.compare import baseline_comparison
+from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
-from tasks.compare import baseline_comparison
-from tasks.concurrency import Limiter, request_priority
-from tasks.logs import get_logger
-from tasks.progress import Progress
-from tasks.reports import format_terminal_summary, report_task
-from tasks.rollouts import Batch, BatchKeyPolicy, BatchResult, CollectContext, batch_url, collect_batch, plan_batches
-from tasks.runtime import ensure_runtime
-from tasks.server import Endpoint, VLLMServer, Watchdog
+from tasks.collection.cache import FileLockManager, lock_directory, lookup, result_storage
+from tasks.collection.concurrency import Limiter, request_priority
+from tasks.collection.progress import Progress
+from tasks.collection.rollouts import (
+    Batch,
+    BatchKeyPolicy,
+    BatchResult,
+    CollectContext,
+    batch_url,
+    collect_batch,
+    plan_batches,
+)
+from tasks.reporting.report import format_terminal_summary, report_task
+from tasks.runtime.venv import ensure_runtime
+from tasks.serving.server import Endpoint, VLLMServer, Watchdog
 
 
 @dataclass

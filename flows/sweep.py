@@ -29,14 +29,14 @@ from prefect.deployments import run_deployment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from blocks.resolve import BlockNotFound, resolve_blocks
+from core.config import EvalConfig
+from core.logs import get_logger
+from core.overrides import OverrideError, config_data, has_path, set_path
 from envs.registry import get_env
-from flows.config import EvalConfig
 from flows.eval import eval_flow, plan_run
-from flows.overrides import OverrideError, config_data, has_path, set_path
 from tasks.checkpoints.prepare import prepare_model
-from tasks.index import read_entries
-from tasks.logs import get_logger
-from tasks.sweep_report import write_sweep_report
+from tasks.reporting.index import read_entries
+from tasks.reporting.sweep import write_sweep_report
 
 DEFAULT_DEPLOYMENT = "eval/smoke"
 

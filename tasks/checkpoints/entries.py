@@ -23,7 +23,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from tasks.logs import get_logger
+from core.logs import get_logger
 
 WAIT_NOTE_S = 60.0
 

@@ -26,7 +26,8 @@ from typing import Any
 from prefect import task
 from prefect.context import TaskRunContext
 
-from flows.config import DEFAULT_MODEL, ModelConfig
+from core.config import DEFAULT_MODEL, ModelConfig
+from core.logs import get_logger
 from tasks.checkpoints import entries, hub, remote
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import MARKER, HashMemo, folder_fingerprint, key_of, memo_for, sha256_file
@@ -34,8 +35,7 @@ from tasks.checkpoints.layout import TOKENIZER_FILES
 from tasks.checkpoints.light_check import check_hf_folder
 from tasks.checkpoints.runner import run_script
 from tasks.checkpoints.sources import DcpAssets, Source, dcp_assets, find_default_gguf, locate, readable
-from tasks.logs import get_logger
-from tasks.runtime import Runtime, ensure_runtime, runtime_for
+from tasks.runtime.venv import Runtime, ensure_runtime, runtime_for
 
 __all__ = [
     "MARKER",

@@ -17,10 +17,10 @@ from typing import Any
 
 from fsspec.core import url_to_fs
 
+from core.logs import get_logger
 from tasks.checkpoints import entries
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import key_of
-from tasks.logs import get_logger
 
 DOWNLOAD_MARKER = ".evalflow-download.json"  # a dot-file: not part of the served folder's fingerprint
 S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 120, "retries": {"max_attempts": 3}}

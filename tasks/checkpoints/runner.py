@@ -14,9 +14,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from core.logs import get_logger
 from tasks.checkpoints.errors import CheckpointError
-from tasks.logs import get_logger
-from tasks.runtime import Runtime
+from tasks.runtime.venv import Runtime
 
 HERE = Path(__file__).parent
 RESULT_PREFIX = "EVALFLOW-RESULT "  # keep in step with _runtime_io.py (which cannot import us)

@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from flows.config import DEFAULT_MODEL, ModelConfig
+from core.config import DEFAULT_MODEL, ModelConfig
 from tasks.checkpoints import hub, remote
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.layout import STEP, TOKENIZER_CORE, TOKENIZER_DIRS, Layout, detect
-from tasks.runtime import Runtime, ensure_runtime, runtime_for
+from tasks.runtime.venv import Runtime, ensure_runtime, runtime_for
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

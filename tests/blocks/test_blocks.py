@@ -9,7 +9,7 @@ import pytest
 from blocks import RunStoreBlock, VLLMServerBlock
 from blocks.__main__ import save_defaults
 from blocks.resolve import BlockNotFound, resolve_blocks
-from flows.config import EvalConfig, ServerConfig
+from core.config import EvalConfig, ServerConfig
 
 
 @pytest.fixture

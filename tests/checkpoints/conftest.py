@@ -13,7 +13,7 @@ import pytest
 
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.checkpoints.runner import run_script
-from tasks.runtime import Runtime, ensure_runtime
+from tasks.runtime.venv import Runtime, ensure_runtime
 
 HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what a real NeMo RL config.yaml would name
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints import entries, prepare
 from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.light_check import check_hf_folder
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONVERT = """
 import json, logging, sys
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints import prepare
 if len(sys.argv) > 3:
     prepare.MAX_SHARD_BYTES = int(sys.argv[3])

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import MARKER, folder_fingerprint
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model_impl
-from tasks.runtime import Runtime
+from tasks.runtime.venv import Runtime
 from tests.checkpoints.conftest import build_dcp, cache_entries, copy_step
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_both_layouts_convert_to_exactly_the_original_folder(
 
 HIT = """
 import json, sys, time
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints.prepare import prepare_model_impl
 started = time.perf_counter()
 model = prepare_model_impl(ModelConfig(source=sys.argv[1], cache_dir=sys.argv[2]))

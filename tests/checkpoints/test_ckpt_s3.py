@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 import s3fs
 
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints import remote
 from tasks.checkpoints.errors import CheckpointError
-from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model_impl
+from tasks.checkpoints.sources import find_default_gguf
+from tasks.runtime.venv import ensure_runtime
 from tests.checkpoints.conftest import cache_entries
 
 
@@ -118,7 +119,7 @@ def test_dcp_on_s3_is_downloaded_once_and_converted(
 def test_gguf_on_s3_reuses_the_conversion_of_the_same_bytes(
     smollm2: PreparedModel, s3: dict[str, Any], tmp_path: Path
 ) -> None:
-    gguf = Path(json.loads((Path(smollm2.path) / MARKER).read_text())["source"])
+    gguf = find_default_gguf(ensure_runtime("auto"))  # the bytes `smollm2` was converted from
     fs = s3fs_of(s3)
     fs.mkdir("ckpt-gguf")
     fs.put(str(gguf), "ckpt-gguf/smol/SmolLM2.gguf")

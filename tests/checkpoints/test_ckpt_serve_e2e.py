@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flows.config import ModelConfig, ServerConfig
+from core.config import ModelConfig, ServerConfig
 from tasks.checkpoints import prepare
 from tasks.checkpoints.light_check import safetensors_header
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
-from tasks.runtime import Runtime
-from tasks.server import Endpoint, VLLMServer
+from tasks.runtime.venv import Runtime
+from tasks.serving.server import Endpoint, VLLMServer
 from tests.conftest import FAST_START
 
 pytestmark = pytest.mark.e2e

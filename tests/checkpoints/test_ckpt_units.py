@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from flows.config import ModelConfig
+from core.config import ModelConfig
 from tasks.checkpoints import entries, hub
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import HashMemo, folder_fingerprint

@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from core.config import CollectionConfig, SamplingConfig
 from envs.datasets import load_rows
 from envs.gsm8k import COMPLETION_STOP, GSM8KEnv
-from flows.config import CollectionConfig, SamplingConfig
-from tasks.rollouts import CollectContext, collect_batch_impl, plan_batches
-from tasks.server import Endpoint
+from tasks.collection.rollouts import CollectContext, collect_batch_impl, plan_batches
+from tasks.serving.server import Endpoint
 
 pytestmark = pytest.mark.e2e
 

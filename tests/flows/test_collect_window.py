@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from core.config import CollectionConfig, SamplingConfig
 from envs.registry import get_env
-from flows.config import CollectionConfig, SamplingConfig
 from flows.eval import Planned, collect_all
-from tasks.concurrency import request_priority
-from tasks.rollouts import Batch, BatchResult, CollectContext, batch_url
-from tasks.server import Endpoint
+from tasks.collection.concurrency import request_priority
+from tasks.collection.rollouts import Batch, BatchResult, CollectContext, batch_url
+from tasks.serving.server import Endpoint
 
 
 class Recorder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from flows.config import EvalConfig
+from core.config import EvalConfig
 from flows.eval import resolve_config
 
 

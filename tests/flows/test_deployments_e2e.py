@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tasks.server import Endpoint
+from tasks.serving.server import Endpoint
 from tests.conftest import REPO_ROOT, wait_for
 from tests.faultproxy import FaultProxy
 from tests.flows.test_resume_e2e import cache_records, config_data, pairs

@@ -7,9 +7,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.config import EvalConfig
+from core.config import EvalConfig
 from flows.eval import eval_flow
-from tasks.server import Endpoint
+from tasks.serving.server import Endpoint
 
 pytestmark = pytest.mark.e2e
 

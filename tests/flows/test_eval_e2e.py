@@ -10,9 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.config import EvalConfig
+from core.config import EvalConfig
 from flows.eval import eval_flow
-from tasks.server import Endpoint, ServerStartError
+from tasks.serving.server import Endpoint, ServerStartError
 from tests.conftest import FAST_START, group_alive
 
 pytestmark = pytest.mark.e2e

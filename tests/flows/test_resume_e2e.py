@@ -18,9 +18,9 @@ import duckdb
 import pytest
 import yaml
 
-from flows.config import EvalConfig
+from core.config import EvalConfig
 from flows.eval import eval_flow, plan_run
-from tasks.server import Endpoint, VLLMServer
+from tasks.serving.server import Endpoint, VLLMServer
 from tests.conftest import FAST_START, REPO_ROOT
 from tests.faultproxy import FaultProxy, Faults
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import EvalConfig
-from flows.overrides import OverrideError, config_data, has_path, set_path
+from core.config import EvalConfig
+from core.overrides import OverrideError, config_data, has_path, set_path
 from flows.sweep import SweepError, expand_grid, load_sweep, main
-from tasks.sweep_report import points_table, render_html, render_markdown
+from tasks.reporting.sweep import points_table, render_html, render_markdown
 
 
 def base() -> EvalConfig:

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.records import to_table
+from core.schema import to_table
 
 
 def rollout(**overrides: Any) -> dict[str, Any]:

@@ -13,8 +13,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import analysis, store
-from tasks.analysis import (
+from core import store
+from core.schema import to_table
+from tasks.analysis import metrics as analysis
+from tasks.analysis.metrics import (
     bootstrap_mean_ci,
     compute_metrics,
     ks_for,
@@ -22,7 +24,6 @@ from tasks.analysis import (
     pass_at_k,
     wilson_interval,
 )
-from tasks.records import to_table
 
 Rows = list[dict[str, Any]]
 

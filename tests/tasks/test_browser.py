@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from tasks.analysis import compute_metrics
-from tasks.compare import compare
-from tasks.index import index_entry, update_index
-from tasks.reports import write_report
+from tasks.analysis.compare import compare
+from tasks.analysis.metrics import compute_metrics
+from tasks.reporting.index import index_entry, update_index
+from tasks.reporting.report import write_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -79,7 +79,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store with two runs of one deployment; the second compares with the first."""
     import pyarrow.parquet as pq
 
-    from tasks.records import to_table
+    from core.schema import to_table
     from tests.tasks.conftest import rollout
 
     root = tmp_path_factory.mktemp("site")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tasks.analysis import wilson_interval
-from tasks.compare import baseline_comparison, compare, find_baseline, rate_delta
-from tasks.index import index_entry, update_index
+from tasks.analysis.compare import baseline_comparison, compare, find_baseline, rate_delta
+from tasks.analysis.metrics import wilson_interval
+from tasks.reporting.index import index_entry, update_index
 
 
 def bench(rate: float, n: int, **extra: Any) -> dict[str, Any]:
@@ -160,8 +160,8 @@ def test_find_baseline_in_an_empty_store(tmp_path: Path) -> None:
 
 def test_baseline_comparison_end_to_end(tmp_path: Path, make_rollout, write_batch) -> None:
     """Two runs of one deployment through the real pipeline: the second compares with the first."""
-    from tasks.analysis import compute_metrics
-    from tasks.reports import write_report
+    from tasks.analysis.metrics import compute_metrics
+    from tasks.reporting.report import write_report
 
     url = str(tmp_path / "store")
 

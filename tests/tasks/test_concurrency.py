@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tasks.concurrency import AdaptiveLimiter, Limiter, make_limiter
+from tasks.collection.concurrency import AdaptiveLimiter, Limiter, make_limiter
 
 
 def test_fixed_limiter_caps_requests_in_flight() -> None:

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from plotly.offline import get_plotlyjs
 
-from tasks import index, store
-from tasks.analysis import compute_metrics
-from tasks.index import index_entry, read_entries, read_index, relative_to_store, update_index
+from core import store
+from tasks.analysis.metrics import compute_metrics
+from tasks.reporting import index
+from tasks.reporting.index import index_entry, read_entries, read_index, relative_to_store, update_index
 from tests.conftest import REPO_ROOT
 
 
@@ -123,7 +124,7 @@ def test_concurrent_updates_from_threads_all_land(tmp_path: Path) -> None:
 _FINISHER = """
 import json, sys, time
 from pathlib import Path
-from tasks.index import update_index
+from tasks.reporting.index import update_index
 url, i, start = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 entry = json.loads(sys.argv[4])
 while not start.exists():  # all finish at the same moment

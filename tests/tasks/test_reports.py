@@ -13,10 +13,11 @@ import fsspec
 import pytest
 from plotly.offline import get_plotlyjs
 
-from tasks import reports, store
-from tasks.analysis import compute_metrics
-from tasks.compare import compare
-from tasks.reports import (
+from core import store
+from tasks.analysis.compare import compare
+from tasks.analysis.metrics import compute_metrics
+from tasks.reporting import report as reports
+from tasks.reporting.report import (
     format_terminal_summary,
     headline_records,
     headline_rows,
@@ -265,7 +266,7 @@ def test_report_task_publishes_artifacts_in_a_flow(prefect_home, tmp_path: Path,
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
-    from tasks.analysis import analyze_task
+    from tasks.analysis.metrics import analyze_task
 
     store_url = str(tmp_path / "store")
     baseline = compute_metrics(run_files[:1])

@@ -23,12 +23,12 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import store
-from tasks.analysis import compute_metrics
-from tasks.index import index_entry, update_index
-from tasks.records import to_table
-from tasks.reports import write_report
-from tasks.serve_reports import index_url, make_server, serve_in_thread
+from core import store
+from core.schema import to_table
+from tasks.analysis.metrics import compute_metrics
+from tasks.reporting.index import index_entry, update_index
+from tasks.reporting.report import write_report
+from tasks.reporting.serve import index_url, make_server, serve_in_thread
 
 BUCKET = "evalflow-test"
 RUN_ID = "20250101-000000-s3test"
@@ -105,7 +105,7 @@ def synthetic_batches(make_rollout: Callable[..., dict]) -> dict[str, list[dict[
 
 
 def write_run(store_url: str, batches: dict[str, list[dict]], opts: dict[str, Any] | None) -> list[str]:
-    """The run's rollout files, written through tasks.store like the flow does (one per benchmark)."""
+    """The run's rollout files, written through core.store like the flow does (one per benchmark)."""
     files = []
     for bench, rows in batches.items():
         buf = io.BytesIO()

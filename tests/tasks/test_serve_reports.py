@@ -1,4 +1,4 @@
-"""`python -m tasks.serve_reports`: a local store served over HTTP on loopback (S3: test_s3_e2e.py)."""
+"""`python -m tasks.reporting.serve`: a local store served over HTTP on loopback (S3: test_s3_e2e.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.index import update_index
+from tasks.reporting.index import update_index
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def store_dir(tmp_path: Path) -> Path:
 
 def test_serve_a_local_store_from_the_command_line(store_dir: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tasks.serve_reports", "--store", str(store_dir), "--port", "0"],
+        [sys.executable, "-m", "tasks.reporting.serve", "--store", str(store_dir), "--port", "0"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from flows.config import EvalConfig
+from core.config import EvalConfig
 
 
 class OverrideError(ValueError):

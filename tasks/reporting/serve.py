@@ -1,4 +1,4 @@
-"""Serve a run store over HTTP for browsing: `python -m tasks.serve_reports --store URL [--port 8000]`.
+"""Serve a run store over HTTP for browsing: `python -m tasks.reporting.serve --store URL [--port 8000]`.
 
 A local store is served as a folder (http.server, bound to 127.0.0.1 by default); an object store
 (s3://bucket/prefix) through a small handler that reads each requested object with fsspec, so
@@ -19,7 +19,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tasks import store
+from core import store
 
 
 class FsspecHandler(BaseHTTPRequestHandler):
@@ -91,7 +91,7 @@ def index_url(server: ThreadingHTTPServer) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.serve_reports", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tasks.reporting.serve", description=__doc__)
     parser.add_argument("--store", required=True, help="the run store: a folder, file://... or s3://bucket/prefix")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")

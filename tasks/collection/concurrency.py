@@ -26,7 +26,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from tasks.logs import get_logger
+from core.logs import get_logger
 
 # The position of the batch a request belongs to: set per batch by the collection, read by each request.
 request_priority: ContextVar[int] = ContextVar("request_priority", default=0)

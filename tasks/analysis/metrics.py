@@ -1,6 +1,6 @@
 """Run metrics: DuckDB SQL over a run's batch parquet files, and nothing else.
 
-Every number in a report comes from here, computed from the rollout records (tasks/records.py), so
+Every number in a report comes from here, computed from the rollout records (core/schema.py), so
 a report can always be recomputed from the files. The heavy lifting (deduplication, per-prompt and
 per-answer aggregation, histograms) happens in SQL; Python only shapes a few thousand result rows.
 
@@ -31,7 +31,7 @@ Confidence intervals (all 95%, in ``ci``):
   rather than rollouts, because the rollouts of one prompt are correlated: resampling them
   independently would give a too-narrow interval. Fewer than 2 prompts give no interval (null).
 
-metrics.json (schema_version 2; tasks/reports.py adds ``run_info`` and, with a baseline, ``comparison``)::
+metrics.json (schema_version 2; tasks/reporting/report.py adds ``run_info`` and, with a baseline, ``comparison``)::
 
     schema_version: 2, total_rollouts: int, duplicate_rollouts: int,
     benchmarks: {<name>: {
@@ -79,8 +79,8 @@ import pyarrow as pa
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import store
-from tasks.records import ROLLOUT_SCHEMA
+from core import store
+from core.schema import ROLLOUT_SCHEMA
 
 METRICS_SCHEMA_VERSION = 2
 CI_LEVEL = 0.95

@@ -23,12 +23,12 @@ from prefect import task
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
+from core import store
+from core.config import CollectionConfig, SamplingConfig
+from core.schema import to_json, to_table
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv, canonical_json
-from flows.config import CollectionConfig, SamplingConfig
-from tasks import store
-from tasks.concurrency import Limiter, make_limiter, request_priority
-from tasks.records import to_json, to_table
-from tasks.server import Endpoint
+from tasks.collection.concurrency import Limiter, make_limiter, request_priority
+from tasks.serving.server import Endpoint
 
 
 def rollout_seed(base_seed: int, prompt_id: str, repeat: int) -> int:

@@ -10,8 +10,18 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from tasks import store
-from tasks.reports import Table, browser_url, fig_html, fmt_ci, fmt_num, fmt_rate, html_page, html_table, md_table
+from core import store
+from tasks.reporting.report import (
+    Table,
+    browser_url,
+    fig_html,
+    fmt_ci,
+    fmt_num,
+    fmt_rate,
+    html_page,
+    html_table,
+    md_table,
+)
 
 SWEEP_FILES = {"json": "sweep.json", "markdown": "report.md", "html": "report.html"}
 ARTIFACT_KEY = "sweep-report"

@@ -11,7 +11,7 @@ from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifa
 from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 
-from tasks.logs import get_logger
+from core.logs import get_logger
 
 
 def _in_run() -> bool:

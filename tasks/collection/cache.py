@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 from prefect.filesystems import LocalFileSystem, RemoteFileSystem, WritableFileSystem
 from prefect.results import ResultStore
 
-from tasks import store
+from core import store
 
 # s3fs/fsspec option names that carry secrets: they stay out of the storage block (which Prefect
 # saves in its database); s3fs then takes credentials from the environment or its config.

@@ -1,6 +1,6 @@
 """Run a command and take its whole process group down when our parent dies.
 
-Started as `python tasks/reaper.py PARENT_PID -- CMD ...` in a new session (so it leads the
+Started as `python tasks/serving/reaper.py PARENT_PID -- CMD ...` in a new session (so it leads the
 process group that the server and its worker processes live in). Whatever ends the orchestrator
 (SIGKILL, OOM, a crashed flow run), the server does not outlive it. Standard library only: it runs
 under any interpreter.

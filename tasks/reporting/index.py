@@ -15,7 +15,7 @@ code path otherwise. A store that cannot be written fails at step 1 with a Store
 before anything shared was touched; index.json is only ever replaced by a complete file.
 
 Links in index.html are relative (`runs/<id>/report.html`), so the page works from a local folder,
-from `python -m tasks.serve_reports`, and from an S3 static-website browse.
+from `python -m tasks.reporting.serve`, and from an S3 static-website browse.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 import plotly.graph_objects as go
 from filelock import FileLock
 
-from tasks import store
-from tasks.reports import error_bars, fig_html, fmt_ci, fmt_num, fmt_rate, headline_rows, html_page, slug
+from core import store
+from tasks.reporting.report import error_bars, fig_html, fmt_ci, fmt_num, fmt_rate, headline_rows, html_page, slug
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Run reports: metrics.json, report.md and a self-contained report.html, plus Prefect artifacts.
 
-Everything shown comes from the metrics dict (tasks/analysis.py), an optional baseline comparison
-(tasks/compare.py) and the rollout files, so a report can be rebuilt from a run's store at any time.
+Everything shown comes from the metrics dict (tasks/analysis/metrics.py), an optional baseline comparison
+(tasks/analysis/compare.py) and the rollout files, so a report can be rebuilt from a run's store at any time.
 metrics.json holds the metrics dict plus ``run_info`` (config redacted) and, when there was a
 baseline, ``comparison``; the comparison is also shown first in report.md and report.html.
-Reports go through tasks.store, so they are written atomically to a local folder or an object store
+Reports go through core.store, so they are written atomically to a local folder or an object store
 alike. The HTML inlines plotly.js once and needs no network to open (file:// works); all model text
 is escaped, because completions can contain anything.
 
@@ -37,8 +37,8 @@ from plotly.offline import get_plotlyjs
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import store
-from tasks.analysis import load_rollouts_frame
+from core import store
+from tasks.analysis.metrics import load_rollouts_frame
 
 logger = logging.getLogger(__name__)
 
@@ -575,7 +575,7 @@ def render_markdown(metrics: dict[str, Any], run_info: dict[str, Any], compariso
 
 
 # ---------------------------------------------------------------------------------------------
-# HTML: page frame and charts (shared with the run index, tasks/index.py)
+# HTML: page frame and charts (shared with the run index, tasks/reporting/index.py)
 
 
 CSS = """
@@ -1144,7 +1144,7 @@ def report_task(
 ) -> dict[str, str]:
     """Write the reports, add the run to the store's index (when `store_url` is given) and attach
     everything to the flow run as artifacts. Returns the URLs (index_json/index_html included)."""
-    from tasks.index import index_entry, update_index
+    from tasks.reporting.index import index_entry, update_index
 
     urls = write_report(run_dir, metrics, run_info, files, storage_options, comparison)
     if store_url is not None:

@@ -1,6 +1,6 @@
 """The vLLM OpenAI-compatible server: start it, know when it is ready, and always stop it.
 
-The server runs in its own process group under `tasks/reaper.py`, with its output in a log file
+The server runs in its own process group under `tasks/serving/reaper.py`, with its output in a log file
 (a child holding the flow's stdout would keep a killed flow run RUNNING). It is stopped by the
 flow's `finally`, by the flow's crash/cancellation hooks, at interpreter exit, and, if the
 orchestrator dies outright, by the reaper noticing that its parent is gone.
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import httpx
 
-from flows.config import ServerConfig
+from core.config import ServerConfig
+from core.logs import get_logger
 from tasks.checkpoints.prepare import PreparedModel
-from tasks.logs import get_logger
-from tasks.runtime import Runtime
+from tasks.runtime.venv import Runtime
 
 REAPER = Path(__file__).with_name("reaper.py")
 STOP_GRACE_S = 15.0

@@ -8,7 +8,7 @@ Why these intervals (no resampling of either run is needed; both come from the m
   ``[d - sqrt((p1 - l1)^2 + (u0 - p0)^2), d + sqrt((u1 - p1)^2 + (p0 - l0)^2)]``. It is the normal
   approximation of the difference, built from score intervals, so it stays sensible at 0% or 100%
   where the plain Wald interval collapses to a point. n is the rate's own denominator (rollouts for
-  accuracy and the info rates, prompts for pass@k/maj@k: see tasks/analysis.py).
+  accuracy and the info rates, prompts for pass@k/maj@k: see tasks/analysis/metrics.py).
 - Mean reward combines the two runs' prompt-level bootstrap CIs the same way: each side's
   half-width (below and above its mean) is added in quadrature. Runs without a bootstrap CI
   (fewer than 2 prompts, or a schema-1 baseline) get no interval and are never flagged.
@@ -25,8 +25,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from tasks import store
-from tasks.analysis import CI_LEVEL, wilson_interval
+from core import store
+from tasks.analysis.metrics import CI_LEVEL, wilson_interval
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def find_baseline(
     deployment (or, for a run outside any deployment, the latest one outside a deployment with the
     same run_name) whose benchmarks include all of `benchmarks`. None when nothing matches (runs
     with neither a deployment nor a run name have no automatic baseline)."""
-    from tasks.index import read_index, run_time
+    from tasks.reporting.index import read_index, run_time
 
     entries = [e for e in read_index(store_url, storage_options) if e.get("run_id") != exclude_run_id]
     if run_id is not None:

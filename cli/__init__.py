@@ -1,0 +1,1 @@
+"""The `evalflow` command line (typer): run, prepare, sweep, reports, runtime, demo."""

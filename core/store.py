@@ -1,0 +1,238 @@
+"""The run store: one object (URL, fsspec options, credentials) through which evalflow reads and
+writes every file, local or on an object store.
+
+Writes are atomic: on a local disk a temporary sibling is written and renamed into place; on object
+stores a single PUT is already all-or-nothing. So a reader never sees a half-written file under its
+final name. Credentials live only inside the object: they are never in its repr, never pickled (a
+Store unpickled elsewhere falls back to the environment's credentials, as s3fs does), and never in
+`public_options`, which is what may be saved or shown.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from core import secrets
+
+# Every S3 network call has a timeout: an unreachable endpoint fails in seconds, not minutes.
+S3_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}
+
+
+class StoreError(RuntimeError):
+    """The store cannot be reached or written; the message says which URL and why."""
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URL/path parts with '/' (fsspec URLs use forward slashes everywhere)."""
+    if "://" in base:
+        return posixpath.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def protocol(url: str) -> str:
+    return url.split("://", 1)[0] if "://" in url else "file"
+
+
+class Store:
+    """A folder or object-store prefix (`url`) and how to reach it.
+
+    Methods take full URLs (build them with `path`), so one Store also reads files it did not
+    write under its own prefix, with the same options (a baseline run's files, a sweep's children).
+    """
+
+    def __init__(
+        self, url: str, options: Mapping[str, Any] | None = None, credentials: Mapping[str, Any] | None = None
+    ) -> None:
+        self.url = url.strip().rstrip("/") or url
+        public, secret = secrets.split(dict(options or {}))
+        self.options: dict[str, Any] = public
+        self._credentials: dict[str, Any] = secrets.merge(secret, dict(credentials or {}))
+
+    # -- identity ------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        shown = f", credentials={secrets.MASK}" if self._credentials else ""
+        return f"Store({self.url!r}, options={self.options!r}{shown})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Store) and (self.url, self.options) == (other.url, other.options)
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickles (Prefect results, processes) carry no secret
+        return {"url": self.url, "options": self.options, "_credentials": {}}
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self._credentials)
+
+    @property
+    def is_local(self) -> bool:
+        return is_local(self.url)
+
+    @property
+    def local_path(self) -> str:
+        """The store's folder on this machine (local stores only)."""
+        if not self.is_local:
+            raise StoreError(f"{self.url} is not a local folder")
+        return self.url.removeprefix("file://")
+
+    def at(self, url: str) -> Store:
+        """Another location reached the same way (same options and credentials)."""
+        other = Store(url, self.options)
+        other._credentials = dict(self._credentials)
+        return other
+
+    def path(self, *parts: str) -> str:
+        return join(self.url, *parts)
+
+    # -- filesystem ----------------------------------------------------------------------------
+    def fsspec_options(self, url: str | None = None) -> dict[str, Any]:
+        """The options fsspec needs, credentials included: for filesystem calls, never for output."""
+        opts = secrets.merge(self.options, self._credentials)
+        if protocol(url or self.url) in ("s3", "s3a"):
+            opts.setdefault("config_kwargs", S3_TIMEOUTS)
+        return opts
+
+    def filesystem(self, url: str | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+        """(filesystem, path) for `url` (default: the store's root)."""
+        target = url or self.url
+        try:
+            return url_to_fs(target, **(self.fsspec_options(target) if not is_local(target) else {}))
+        except (ImportError, ValueError, TypeError) as exc:
+            raise StoreError(f"cannot open {target!r}: {exc}; check the URL and the store's options") from exc
+
+    # -- files ---------------------------------------------------------------------------------
+    def write_bytes(self, url: str, data: bytes) -> str:
+        """Write `data` to `url` atomically and return the URL."""
+        fs, path = self.filesystem(url)
+        if isinstance(fs, LocalFileSystem):
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        else:
+            try:
+                fs.pipe_file(path, data)
+            except Exception as exc:  # s3fs raises a zoo of botocore/aiohttp errors
+                raise StoreError(f"cannot write {url}: {type(exc).__name__}: {exc}") from exc
+        return url
+
+    def write_text(self, url: str, text: str) -> str:
+        return self.write_bytes(url, text.encode("utf-8"))
+
+    def read_bytes(self, url: str) -> bytes:
+        fs, path = self.filesystem(url)
+        return fs.cat_file(path)
+
+    def read_text(self, url: str) -> str:
+        return self.read_bytes(url).decode("utf-8")
+
+    def exists(self, url: str) -> bool:
+        fs, path = self.filesystem(url)
+        return fs.exists(path)
+
+    def copy(self, src: str, dst: str) -> str:
+        """Copy a file within the store, atomically (batch files are small: read, then one write)."""
+        fs, src_path = self.filesystem(src)
+        if not isinstance(fs, LocalFileSystem):
+            _, dst_path = self.filesystem(dst)
+            fs.copy(src_path, dst_path)  # server-side copy: the object appears whole or not at all
+            return dst
+        return self.write_bytes(dst, fs.cat_file(src_path))
+
+    def list(self, url: str, pattern: str = "*") -> list[str]:
+        """Full URLs of the files matching `pattern` under `url`, sorted; [] when there is none."""
+        fs, path = self.filesystem(url)
+        try:
+            found = fs.glob(posixpath.join(path.rstrip("/"), pattern))
+        except FileNotFoundError:
+            return []
+        if is_local(url):
+            return sorted(("file://" + p if url.startswith("file://") else p) for p in found)
+        return sorted(fs.unstrip_protocol(p) for p in found)
+
+    def remove(self, url: str) -> None:
+        fs, path = self.filesystem(url)
+        fs.rm_file(path)
+
+    def check_writable(self) -> None:
+        """Fail early, before any expensive step, if the store cannot be written."""
+        probe = self.path(f".evalflow-probe-{uuid.uuid4().hex}")
+        try:
+            self.write_bytes(probe, b"ok")
+            self.remove(probe)
+        except Exception as exc:
+            raise StoreError(
+                f"the run store {self.url!r} is not writable ({type(exc).__name__}: {exc}); "
+                "check store.url, store.storage_options and the store's credentials (store.block)"
+            ) from exc
+
+    def register(self, con: Any, urls: list[str]) -> None:
+        """Let a DuckDB connection read `urls` through this store's fsspec filesystems."""
+        registered: set[str] = set()
+        for url in urls:
+            scheme = protocol(url)
+            if is_local(url) or scheme in registered:
+                continue
+            fs, _ = self.filesystem(url)
+            con.register_filesystem(fs)
+            protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+            registered.update(protocols)
+            registered.add(scheme)
+
+
+# ---------------------------------------------------------------------------------------------
+# TRANSITIONAL (removed once every caller holds a Store): the old module functions.
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    return Store(url, storage_options).filesystem(url)
+
+
+def write_bytes(url: str, data: bytes, storage_options: dict[str, Any] | None = None) -> str:
+    return Store(url, storage_options).write_bytes(url, data)
+
+
+def write_text(url: str, text: str, storage_options: dict[str, Any] | None = None) -> str:
+    return Store(url, storage_options).write_text(url, text)
+
+
+def read_bytes(url: str, storage_options: dict[str, Any] | None = None) -> bytes:
+    return Store(url, storage_options).read_bytes(url)
+
+
+def read_text(url: str, storage_options: dict[str, Any] | None = None) -> str:
+    return Store(url, storage_options).read_text(url)
+
+
+def copy(src: str, dst: str, storage_options: dict[str, Any] | None = None) -> str:
+    return Store(src, storage_options).copy(src, dst)
+
+
+def exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:
+    return Store(url, storage_options).exists(url)
+
+
+def check_writable(url: str, storage_options: dict[str, Any] | None = None) -> None:
+    Store(url, storage_options).check_writable()
