@@ -148,6 +148,14 @@ class Store:
     def read_text(self, url: str) -> str:
         return self.read_bytes(url).decode("utf-8")
 
+    def open(self, url: str, mode: str = "rb", compression: str | None = "infer") -> fsspec.core.OpenFile:
+        """An fsspec OpenFile (a context manager) for reading or streaming; writes go through write_*."""
+        options = {} if is_local(url) else self.fsspec_options(url)
+        try:
+            return fsspec.open(url, mode, compression=compression, **options)
+        except (ImportError, ValueError, TypeError) as exc:
+            raise StoreError(f"cannot open {url!r}: {exc}") from exc
+
     def exists(self, url: str) -> bool:
         fs, path = self.filesystem(url)
         return fs.exists(path)
