@@ -24,7 +24,7 @@ from core.config import EvalConfig
 from envs.datasets import load_rows
 from envs.registry import get_env
 from flows.eval import eval_flow
-from tasks.collection.rollouts import rollout_seed
+from tasks.collection.plan import rollout_seed
 
 
 async def raw_client(base_url: str, model: str, jobs: list[tuple[list, int]], concurrency: int, args) -> tuple:

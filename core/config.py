@@ -10,8 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -159,13 +158,10 @@ class StoreConfig(_Strict):
 
     block: str | None = Field(None, description="a saved evalflow-run-store block to start from")
     url: str = Field(str(REPO_ROOT / "reports"), description="where runs are written: a folder or s3://bucket/prefix")
-    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (endpoint, ...)")
-    _credentials: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """fsspec options including the block's credentials: for filesystem calls, never for output."""
-        return {**self.storage_options, **self._credentials}
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec options (endpoint, region, ...); credentials belong in a store block or the environment",
+    )
 
     @field_validator("url")
     @classmethod
@@ -203,10 +199,3 @@ class EvalConfig(_Strict):
         if len(names) != len(set(names)):
             raise ValueError(f"benchmarks: each benchmark may appear once, got {names}")
         return self
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> EvalConfig:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: the config must be a mapping")
-        return cls.model_validate(data)

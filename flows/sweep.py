@@ -28,7 +28,7 @@ from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from blocks.resolve import BlockNotFound, resolve_blocks
+from core.resolve import BlockNotFound, resolve
 from core.config import EvalConfig
 from core.logs import get_logger
 from core.overrides import OverrideError, config_data, has_path, set_path
@@ -100,7 +100,7 @@ def _prepare_once(points: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[s
     """Convert each distinct model of the sweep once, before the children (which then hit the cache)."""
     prepared: dict[str, str] = {}
     for _, data in points:
-        cfg = resolve_blocks(EvalConfig.model_validate(data))
+        cfg = resolve(EvalConfig.model_validate(data)).config
         if cfg.server.mode != "managed":
             continue
         ident = json.dumps([cfg.model.model_dump(mode="json"), cfg.server.runtime], sort_keys=True)
@@ -147,10 +147,10 @@ async def sweep_flow(
     through `deployment` (None: in this process), and write a report comparing the points."""
     logger = get_logger()
     points = expand_grid(config, grid)
-    resolved = resolve_blocks(config)  # a missing block fails here, before anything starts
+    resolved = resolve(config)  # a missing block fails here, before anything starts
     logger.info("sweep over %s: %d points via %s", ", ".join(grid), len(points), deployment or "this process")
     if dry_run:
-        plans = [{"values": v, **plan_run(resolve_blocks(EvalConfig.model_validate(d)))} for v, d in points]
+        plans = [{"values": v, **plan_run(EvalConfig.model_validate(d))} for v, d in points]
         summary = {"points": len(points), "deployment": deployment, "plans": plans}
         logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
         return summary
@@ -173,7 +173,7 @@ async def sweep_flow(
         if isinstance(outcome, BaseException):
             outcome = {"state": "Failed", "message": repr(outcome)}
         results.append({"index": i, "values": values, **outcome})
-    _attach_runs(results, resolved.store.url, resolved.store.options)
+    _attach_runs(results, resolved.store.url, resolved.store.fsspec_options())  # INTEGRATE: Store
     ctx = FlowRunContext.get()
     info = {
         "sweep_id": sweep_id,
@@ -185,7 +185,7 @@ async def sweep_flow(
         "finished_at": datetime.now(UTC).isoformat(),
         "model_fingerprints": fingerprints,
     }
-    urls = write_sweep_report(resolved.store.url, info, results, resolved.store.options)
+    urls = write_sweep_report(resolved.store.url, info, results, resolved.store.fsspec_options())  # INTEGRATE
     failed = [r for r in results if r["state"] != "Completed"]
     logger.info("sweep %s: %d/%d points completed; report %s", sweep_id, len(results) - len(failed), len(results),
                 urls["html"])  # fmt: skip
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         try:
             for values, data in points:
-                plan = plan_run(resolve_blocks(EvalConfig.model_validate(data)))
+                plan = plan_run(EvalConfig.model_validate(data))
                 print(json.dumps({"values": values, "rollouts": plan["rollouts"], "model": plan["model"]}, default=str))
         except (BlockNotFound, ValueError) as exc:
             print(f"dry run: {exc}", file=sys.stderr)

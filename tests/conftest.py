@@ -90,7 +90,7 @@ def vllm_server(smollm2: PreparedModel, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="session")
 def endpoint(vllm_server: VLLMServer) -> Endpoint:
-    return Endpoint(vllm_server.base_url, vllm_server.model.served_name, managed=False)
+    return Endpoint(vllm_server.base_url, vllm_server.model.served_name)
 
 
 def group_alive(pgid: int) -> bool:

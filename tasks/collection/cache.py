@@ -22,11 +22,11 @@ from filelock import FileLock, Timeout
 from prefect.filesystems import LocalFileSystem, RemoteFileSystem, WritableFileSystem
 from prefect.results import ResultStore
 
-from core import store
+from core.store import Store
 
-# s3fs/fsspec option names that carry secrets: they stay out of the storage block (which Prefect
-# saves in its database); s3fs then takes credentials from the environment or its config.
-SECRET_OPTIONS = {"key", "secret", "token", "password", "aws_secret_access_key", "aws_session_token"}
+# A cache record that exists but cannot be read (an older format, a corrupt file): the batch is
+# collected again with refresh_cache, so the unreadable record is replaced.
+STALE = object()
 
 
 class FileLockManager:
@@ -111,47 +111,43 @@ class FileLockManager:
         return True
 
 
-def results_url(store_url: str) -> str:
-    return store.join(store_url, "cache", "batches")
-
-
-def result_storage(
-    store_url: str, storage_options: dict[str, Any] | None = None, save: bool = True
-) -> WritableFileSystem:
+def result_storage(store: Store, save: bool = True) -> WritableFileSystem:
     """The Prefect result storage for batch records, inside the run store (local or remote).
 
     Saved as a block named after the store URL (Prefect requires task result storage to be saved
-    server-side); secrets are left out of it (see SECRET_OPTIONS).
+    server-side) with the store's public options only: the saved block holds no secret, and a
+    process that loads it takes credentials from its environment. This process's copy writes with
+    the store's credentials.
     """
-    url = results_url(store_url)
+    url = store.path("cache", "batches")
     block: WritableFileSystem
-    if store.is_local(url):
+    if store.is_local:
         block = LocalFileSystem(basepath=url.removeprefix("file://"))
     else:
-        settings = {k: v for k, v in (storage_options or {}).items() if k not in SECRET_OPTIONS}
-        block = RemoteFileSystem(basepath=url, settings=settings)
+        block = RemoteFileSystem(basepath=url, settings=store.options)
     name = "evalflow-results-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     if save:  # a dry run only reads records, which an unsaved block can do without the Prefect API
         block.save(name, overwrite=True, _sync=True)  # type: ignore[call-arg]
-    if isinstance(block, RemoteFileSystem):  # this process's copy writes with the credentials; the saved one has none
-        block.settings = dict(storage_options or {})
+    if isinstance(block, RemoteFileSystem):
+        block.settings = store.fsspec_options(url)
     return block
 
 
-def lock_directory(store_url: str) -> Path:
+def lock_directory(store: Store) -> Path:
     """Locks live next to a local store (shared by every process using it), else in a local cache."""
-    if store.is_local(store_url):
-        return Path(store_url.removeprefix("file://")) / "cache" / "locks"
-    digest = hashlib.sha256(store_url.encode()).hexdigest()[:16]
+    if store.is_local:
+        return Path(store.local_path) / "cache" / "locks"
+    digest = hashlib.sha256(store.url.encode()).hexdigest()[:16]
     return Path.home() / ".cache" / "evalflow" / "locks" / digest
 
 
-def lookup(storage: WritableFileSystem, key: str) -> Any | None:
-    """The cached result for a key, or None: used to plan a run before any server is started."""
+def lookup(storage: WritableFileSystem, key: str) -> Any:
+    """The cached result for a key, None when there is none, or STALE when it cannot be read: used to
+    plan a run before any server is started."""
     result_store = ResultStore(result_storage=storage)
     if not result_store.exists(key):
         return None
     try:
         return result_store.read(key).result
-    except Exception:  # an unreadable record is a miss: the batch is collected again
-        return None
+    except Exception:  # e.g. a pickled record of a class that has moved since
+        return STALE

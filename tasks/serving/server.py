@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -42,10 +42,11 @@ class ServerDiedError(RuntimeError):
 
 @dataclass(frozen=True)
 class Endpoint:
+    """Where requests go: an OpenAI-compatible /v1 URL and the served model name."""
+
     base_url: str  # ends in /v1
     model: str
-    api_key: str = "EMPTY"
-    managed: bool = False
+    api_key: str = field(default="EMPTY", repr=False)
 
 
 def free_port() -> int:
@@ -143,7 +144,7 @@ class VLLMServer:
         except BaseException:
             self.stop()
             raise
-        return Endpoint(self.base_url, self.model.served_name, managed=True)
+        return Endpoint(self.base_url, self.model.served_name)
 
     def wait_ready(self, timeout_s: float) -> None:
         logger = get_logger()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from prefect.settings import PREFECT_API_URL
 
 from blocks import RunStoreBlock, VLLMServerBlock
 from blocks.__main__ import save_defaults
-from blocks.resolve import BlockNotFound, resolve_blocks
 from core.config import EvalConfig, ServerConfig
+from core.resolve import BlockNotFound, resolve
 
 
 @pytest.fixture
@@ -21,7 +26,7 @@ def gpu_block(prefect_home: Path) -> str:
 
 def test_server_block_supplies_defaults_and_the_run_overrides(gpu_block: str) -> None:
     cfg = EvalConfig.model_validate({"server": {"block": gpu_block, "max_model_len": 4096}})
-    resolved = resolve_blocks(cfg).server
+    resolved = resolve(cfg).config.server
     assert (resolved.runtime, resolved.tool_call_parser, resolved.gpu_memory_utilization) == ("gpu", "hermes", 0.85)
     assert resolved.max_model_len == 4096  # set by the run: wins over the block's 32768
     assert resolved.block == gpu_block
@@ -31,7 +36,7 @@ def test_server_block_supplies_defaults_and_the_run_overrides(gpu_block: str) ->
 def test_missing_block_names_the_field(prefect_home: Path) -> None:
     cfg = EvalConfig.model_validate({"store": {"block": "no-such-store"}})
     with pytest.raises(BlockNotFound, match=r"store\.block: no saved evalflow-run-store block named 'no-such-store'"):
-        resolve_blocks(cfg)
+        resolve(cfg)
 
 
 def test_store_credentials_stay_out_of_the_config(prefect_home: Path, tmp_path: Path) -> None:
@@ -39,11 +44,13 @@ def test_store_credentials_stay_out_of_the_config(prefect_home: Path, tmp_path: 
         url=str(tmp_path), storage_options={"client_kwargs": {"region_name": "x"}}, key="AKIA-blk", secret="s3cr3t-blk"
     ).save("test-store", overwrite=True)
     cfg = EvalConfig.model_validate({"store": {"block": "test-store"}})
-    store = resolve_blocks(cfg).store
-    assert store.url == str(tmp_path)
-    assert store.options == {"client_kwargs": {"region_name": "x"}, "key": "AKIA-blk", "secret": "s3cr3t-blk"}
-    dumped = resolve_blocks(cfg).model_dump_json()
-    assert "s3cr3t-blk" not in dumped and "AKIA-blk" not in dumped
+    resolved = resolve(cfg)
+    store = resolved.store
+    assert store.url == str(tmp_path) == resolved.config.store.url
+    assert store.options == {"client_kwargs": {"region_name": "x"}}  # what may be saved or shown
+    assert store.fsspec_options() == {"client_kwargs": {"region_name": "x"}, "key": "AKIA-blk", "secret": "s3cr3t-blk"}
+    shown = resolved.config.model_dump_json() + repr(store) + pickle.dumps(store).hex() + str(pickle.dumps(store))
+    assert "s3cr3t-blk" not in shown and "AKIA-blk" not in shown
     loaded = RunStoreBlock.load("test-store")
     assert "s3cr3t-blk" not in repr(loaded) and loaded.credentials()["secret"] == "s3cr3t-blk"
 
@@ -82,3 +89,20 @@ def test_store_block_from_the_environment(prefect_home: Path, monkeypatch: pytes
     assert block.url == "s3://bucket/evals"
     assert block.storage_options == {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
     assert block.credentials() == {"key": "AKIA-env", "secret": "secret-env"}
+
+
+def test_blocks_load_in_a_process_that_never_imports_them(gpu_block: str, tmp_path: Path) -> None:
+    """The flow (core.resolve) loads blocks by type slug; Prefect imports blocks/ through the package's
+    `prefect.collections` entry point, so no layer below blocks/ imports it."""
+    code = (
+        "import sys; from core.config import EvalConfig; from core.resolve import resolve;"
+        f"s = resolve(EvalConfig.model_validate({{'server': {{'block': {gpu_block!r}}}}})).config.server;"
+        "print(s.runtime, s.tool_call_parser)"
+    )
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["gpu", "hermes"]

@@ -11,9 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.config import CollectionConfig, SamplingConfig
+from core.store import Store
 from envs.datasets import load_rows
 from envs.gsm8k import COMPLETION_STOP, GSM8KEnv
-from tasks.collection.rollouts import CollectContext, collect_batch_impl, plan_batches
+from tasks.collection.batch import collect_batch_impl
+from tasks.collection.plan import plan_batches
+from tasks.collection.rollout import CollectContext
 from tasks.serving.server import Endpoint
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +36,7 @@ def test_completion_mode_collection(endpoint: Endpoint, tmp_path: Path) -> None:
         model_fingerprint="e2e",
         sampling=sampling,
         collection=CollectionConfig(concurrency=8),
-        storage_options={},
+        store=Store(str(tmp_path)),
     )
     result = asyncio.run(collect_batch_impl(ctx, env, batch))
     assert (result.rollouts, result.errors) == (8, 0)

@@ -6,10 +6,12 @@ import asyncio
 from typing import Any
 
 from core.config import CollectionConfig, SamplingConfig
+from core.store import Store
 from envs.registry import get_env
-from flows.eval import Planned, collect_all
 from tasks.collection.concurrency import request_priority
-from tasks.collection.rollouts import Batch, BatchResult, CollectContext, batch_url
+from tasks.collection.plan import Batch, BatchResult, Planned, batch_url
+from tasks.collection.rollout import CollectContext
+from tasks.collection.schedule import collect_all
 from tasks.serving.server import Endpoint
 
 
@@ -22,7 +24,7 @@ class Recorder:
         self.open = self.peak_open = self.requests = 0
         self.priorities: set[tuple[int, int]] = set()  # (batch index, priority its requests carried)
 
-    async def __call__(self, ctx: CollectContext, env: Any, batch: Batch) -> BatchResult:
+    async def __call__(self, ctx: CollectContext, env: Any, batch: Batch) -> dict[str, Any]:
         self.open += 1
         self.peak_open = max(self.peak_open, self.open)
 
@@ -37,13 +39,19 @@ class Recorder:
 
         await asyncio.gather(*(request() for _ in range(batch.size)))
         self.open -= 1
-        return BatchResult(batch_url(ctx.run_dir, batch), batch.size, 0, 0, 0.0)
+        return BatchResult(batch_url(ctx.run_dir, batch), batch.size, 0, 0, 0.0).as_record()
 
 
 def run(tmp_path: Any, batches: int, concurrency: int, grow_after: int | None = None) -> Recorder:
     collection = CollectionConfig(batch_size=4, concurrency=concurrency)
     ctx = CollectContext(
-        "run", str(tmp_path), Endpoint("http://127.0.0.1:9/v1", "m"), "fp", SamplingConfig(), collection, {}
+        "run",
+        str(tmp_path),
+        Endpoint("http://127.0.0.1:9/v1", "m"),
+        "fp",
+        SamplingConfig(),
+        collection,
+        Store(str(tmp_path)),
     )
     env = get_env("gsm8k")
     work = [Planned(env, Batch("gsm8k", i, f"k{i}", tuple({"i": n} for n in range(4)), (0,))) for i in range(batches)]
@@ -67,7 +75,9 @@ def test_a_growing_limit_opens_more_batches(tmp_path: Any) -> None:
 
 def test_an_explicit_batches_in_flight_caps_open_batches(tmp_path: Any) -> None:
     collection = CollectionConfig(batch_size=4, concurrency=64, batches_in_flight=2)
-    ctx = CollectContext("run", str(tmp_path), Endpoint("http://x/v1", "m"), "fp", SamplingConfig(), collection, {})
+    ctx = CollectContext(
+        "run", str(tmp_path), Endpoint("http://x/v1", "m"), "fp", SamplingConfig(), collection, Store(str(tmp_path))
+    )
     env = get_env("gsm8k")
     work = [Planned(env, Batch("gsm8k", i, f"k{i}", ({"i": 0},) * 4, (0,))) for i in range(6)]
     recorder = Recorder(ctx)

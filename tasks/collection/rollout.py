@@ -1,101 +1,28 @@
-"""Rollout collection: plan (prompt, repeat) pairs into batches, collect each batch concurrently
-with the openai async client, and persist each batch as one parquet file in the run store.
+"""One rollout: requests to the server through the openai async client (retried when transient),
+single-turn or a multi-turn episode with tool calls, scored by the environment into one record.
 
-The batch is the unit of work: one Prefect task, one file. Requests from all batches in flight
-share one semaphore, so the server stays busy while a batch drains its tail.
+Requests from all batches in flight share one limiter, so the server stays busy while a batch
+drains its tail.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import io
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 import openai
-import pyarrow.parquet as pq
-from prefect import task
-from prefect.cache_policies import CachePolicy
-from prefect.context import TaskRunContext
 
-from core import store
 from core.config import CollectionConfig, SamplingConfig
-from core.schema import to_json, to_table
-from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv, canonical_json
+from core.schema import to_json
+from core.store import Store
+from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
 from tasks.collection.concurrency import Limiter, make_limiter, request_priority
+from tasks.collection.plan import Batch, rollout_seed
 from tasks.serving.server import Endpoint
-
-
-def rollout_seed(base_seed: int, prompt_id: str, repeat: int) -> int:
-    """Stable per-rollout seed: a rerun asks the server for the same samples, and repeats differ."""
-    digest = hashlib.sha256(f"{base_seed}:{prompt_id}:{repeat}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class Batch:
-    """A slice of prompts x all their repeats: changing one row touches one batch."""
-
-    benchmark: str
-    index: int
-    key: str
-    rows: tuple[dict[str, Any], ...] = field(repr=False)
-    repeats: tuple[int, ...]
-
-    @property
-    def size(self) -> int:
-        return len(self.rows) * len(self.repeats)
-
-
-def batch_key(
-    env: Env,
-    rows: list[dict[str, Any]],
-    repeats: list[int],
-    model_fingerprint: str,
-    sampling: SamplingConfig,
-) -> str:
-    """Content key: env (name, version, options, templates), rows, repeats, model, sampling. Never the run."""
-    payload = {
-        "env": env.fingerprint(),
-        "rows": hashlib.sha256(canonical_json(rows).encode()).hexdigest(),
-        "repeats": repeats,
-        "model": model_fingerprint,
-        "sampling": sampling.model_dump(mode="json"),
-    }
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
-
-
-def plan_batches(
-    benchmark: str,
-    env: Env,
-    rows: list[dict[str, Any]],
-    repeats: int,
-    batch_size: int,
-    model_fingerprint: str,
-    sampling: SamplingConfig,
-) -> list[Batch]:
-    per_batch = max(1, batch_size // repeats)
-    reps = list(range(repeats))
-    batches = []
-    for index, start in enumerate(range(0, len(rows), per_batch)):
-        chunk = rows[start : start + per_batch]
-        key = batch_key(env, chunk, reps, model_fingerprint, sampling)
-        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps)))
-    return batches
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    url: str
-    rollouts: int
-    errors: int
-    completion_tokens: int
-    seconds: float
 
 
 @dataclass
@@ -108,7 +35,7 @@ class CollectContext:
     model_fingerprint: str
     sampling: SamplingConfig
     collection: CollectionConfig
-    storage_options: dict[str, Any]
+    store: Store
     # awaited before retrying a failed request: the server watchdog blocks here while it restarts
     # the server, and raises if it cannot
     server_ready: Callable[[], Awaitable[None]] | None = None
@@ -303,59 +230,3 @@ async def _multi_turn(
         tool_calls=int(score.info.get("tool_calls", 0)),
         latency_s=latency,
     )
-
-
-def batch_url(run_dir: str, batch: Batch) -> str:
-    return store.join(run_dir, "rollouts", batch.benchmark, f"{batch.index:05d}-{batch.key[:16]}.parquet")
-
-
-def write_batch(url: str, records: list[dict[str, Any]], storage_options: dict[str, Any]) -> None:
-    now = datetime.now(UTC)
-    for record in records:
-        record["created_at"] = now
-    buffer = io.BytesIO()
-    pq.write_table(to_table(records), buffer, compression="zstd")
-    store.write_bytes(url, buffer.getvalue(), storage_options)  # atomic: never a half-written batch
-
-
-async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
-    started = time.perf_counter()
-    records = await asyncio.gather(*(rollout(ctx, env, batch, row, r) for row in batch.rows for r in batch.repeats))
-    records.sort(key=lambda rec: (rec["prompt_id"], rec["repeat"]))
-    url = batch_url(ctx.run_dir, batch)
-    write_batch(url, records, ctx.storage_options)
-    return BatchResult(
-        url=url,
-        rollouts=len(records),
-        errors=sum(rec.get("error") is not None for rec in records),
-        completion_tokens=sum(rec.get("completion_tokens") or 0 for rec in records),
-        seconds=time.perf_counter() - started,
-    )
-
-
-class BatchKeyPolicy(CachePolicy):
-    """Cache key = the batch's content key: a new run, a UI retry or a sweep point with the same
-    inputs hits it; any change of model, rows, sampling or prompt template misses."""
-
-    def compute_key(
-        self, task_ctx: TaskRunContext, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
-    ) -> str | None:
-        return self.key_for(inputs["batch"])
-
-    @staticmethod
-    def key_for(batch: Batch) -> str:
-        return f"batch-{batch.key}"
-
-
-@task(
-    name="collect-batch",
-    task_run_name="{batch.benchmark}-batch-{batch.index}",
-    retries=2,
-    retry_delay_seconds=10,
-    persist_result=True,
-    cache_policy=BatchKeyPolicy(),
-)
-async def collect_batch(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
-    """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole; its
-    result (where the file is) is persisted, so a finished batch is never collected again."""
-    return await collect_batch_impl(ctx, env, batch)

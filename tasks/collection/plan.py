@@ -1,0 +1,158 @@
+"""Planning a run's collection: benchmarks loaded and validated, (prompt, repeat) pairs cut into
+content-keyed batches, each looked up in the cache before any server is started."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect.filesystems import WritableFileSystem
+
+from core import store as store_paths
+from core.config import EvalConfig, SamplingConfig
+from core.logs import get_logger
+from core.store import Store
+from envs.base import Env, canonical_json
+from envs.datasets import load_rows
+from envs.registry import get_env
+from tasks.collection.cache import STALE, lookup
+
+
+@dataclass
+class Benchmark:
+    name: str
+    env: Env
+    rows: list[dict[str, Any]]
+    repeats: int
+
+
+def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:
+    """Build every environment and load and validate every dataset row up front."""
+    benchmarks = []
+    for bench in config.benchmarks:
+        env = get_env(bench.name, **bench.options)
+        source = bench.dataset or str(env.default_dataset_path())
+        rows = load_rows(source, env, opener=lambda url: store.open(url, "rb"), limit=bench.limit)
+        get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.name, len(rows), bench.repeats, source)
+        benchmarks.append(Benchmark(bench.name, env, rows, bench.repeats))
+    return benchmarks
+
+
+def rollout_seed(base_seed: int, prompt_id: str, repeat: int) -> int:
+    """Stable per-rollout seed: a rerun asks the server for the same samples, and repeats differ."""
+    digest = hashlib.sha256(f"{base_seed}:{prompt_id}:{repeat}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A slice of prompts x all their repeats: changing one row touches one batch."""
+
+    benchmark: str
+    index: int
+    key: str
+    rows: tuple[dict[str, Any], ...] = field(repr=False)
+    repeats: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.rows) * len(self.repeats)
+
+    @property
+    def cache_key(self) -> str:
+        """The batch task's Prefect cache key (and result file name)."""
+        return f"batch-{self.key}"
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Where a finished batch's parquet file is, and what it holds: the batch task's cached result."""
+
+    url: str
+    rollouts: int
+    errors: int
+    completion_tokens: int
+    seconds: float
+
+    def as_record(self) -> dict[str, Any]:
+        """Plain JSON for the persisted cache record: no pickled class that a refactor could orphan."""
+        return {"url": self.url, "rollouts": self.rollouts, "errors": self.errors,
+                "completion_tokens": self.completion_tokens, "seconds": self.seconds}  # fmt: skip
+
+    @classmethod
+    def from_record(cls, record: Any) -> BatchResult | None:
+        """The result from a cache record, or None when it is not one of ours (an older format)."""
+        if isinstance(record, cls):
+            return record
+        if isinstance(record, dict) and set(record) == set(cls.__dataclass_fields__):
+            return cls(**record)
+        return None
+
+
+def batch_key(
+    env: Env,
+    rows: list[dict[str, Any]],
+    repeats: list[int],
+    model_fingerprint: str,
+    sampling: SamplingConfig,
+) -> str:
+    """Content key: env (name, version, options, templates), rows, repeats, model, sampling. Never the run."""
+    payload = {
+        "env": env.fingerprint(),
+        "rows": hashlib.sha256(canonical_json(rows).encode()).hexdigest(),
+        "repeats": repeats,
+        "model": model_fingerprint,
+        "sampling": sampling.model_dump(mode="json"),
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def plan_batches(
+    benchmark: str,
+    env: Env,
+    rows: list[dict[str, Any]],
+    repeats: int,
+    batch_size: int,
+    model_fingerprint: str,
+    sampling: SamplingConfig,
+) -> list[Batch]:
+    per_batch = max(1, batch_size // repeats)
+    reps = list(range(repeats))
+    batches = []
+    for index, start in enumerate(range(0, len(rows), per_batch)):
+        chunk = rows[start : start + per_batch]
+        key = batch_key(env, chunk, reps, model_fingerprint, sampling)
+        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps)))
+    return batches
+
+
+def batch_url(run_dir: str, batch: Batch) -> str:
+    return store_paths.join(run_dir, "rollouts", batch.benchmark, f"{batch.index:05d}-{batch.key[:16]}.parquet")
+
+
+@dataclass
+class Planned:
+    env: Env
+    batch: Batch
+    cached: BatchResult | None = None  # a finished batch of an earlier run (or attempt)
+    stale: bool = False  # a cache record exists but cannot be used (file gone, older format): collect again
+
+
+def plan(
+    benchmarks: list[Benchmark], config: EvalConfig, model_fingerprint: str, storage: WritableFileSystem, store: Store
+) -> list[Planned]:
+    """Every batch of the run, each looked up in the cache before any server is started."""
+    planned = []
+    for bench in benchmarks:
+        for batch in plan_batches(
+            bench.name, bench.env, bench.rows, bench.repeats, config.collection.batch_size, model_fingerprint,
+            config.sampling,
+        ):  # fmt: skip
+            record = lookup(storage, batch.cache_key)
+            hit = None if record is None or record is STALE else BatchResult.from_record(record)
+            if hit is not None and store.exists(hit.url):
+                planned.append(Planned(bench.env, batch, cached=hit))
+            else:
+                planned.append(Planned(bench.env, batch, stale=record is not None))
+    return planned
