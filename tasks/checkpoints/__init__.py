@@ -1,0 +1,1 @@
+"""Model preparation: any configured checkpoint source becomes a folder (or hub id) that vLLM serves."""

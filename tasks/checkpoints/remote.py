@@ -1,8 +1,10 @@
 """Checkpoints on S3 or another fsspec URL: listed without reading, downloaded once into the cache.
 
-A download is a cache entry under `<cache>/downloads/`, keyed by the URL and each needed file's
-size and ETag (the modification time where a store has no ETag), and built like every entry
-(temporary folder, marker last, `os.replace`, one file lock): concurrent runs download once, a
+Every URL is reached through one `core.store.Store` built from `model.source` and
+`model.storage_options` (its S3 calls have timeouts; its credentials never reach a message, a log
+line or a marker). A download is a cache entry under `<cache>/downloads/`, keyed by the URL and each
+needed file's size and ETag (the modification time where a store has no ETag), and built like every
+entry (temporary folder, marker last, `os.replace`, one file lock): concurrent runs download once, a
 changed object downloads again, and an interrupted download is never mistaken for a complete one.
 """
 
@@ -15,15 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsspec.core import url_to_fs
+import fsspec
 
+from core.config import ModelConfig
 from core.logs import get_logger
+from core.store import Store, StoreError
 from tasks.checkpoints import entries
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import key_of
 
 DOWNLOAD_MARKER = ".evalflow-download.json"  # a dot-file: not part of the served folder's fingerprint
-S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 120, "retries": {"max_attempts": 3}}
 STAMP_FIELDS = ("ETag", "etag", "md5Hash", "LastModified", "mtime", "updated", "created")
 
 
@@ -47,14 +50,16 @@ def is_url(source: str) -> bool:
     return "://" in source and not source.startswith("file://")
 
 
-def open_fs(url: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
-    opts = dict(storage_options or {})
-    if url.split("://", 1)[0] in ("s3", "s3a"):
-        opts.setdefault("config_kwargs", S3_TIMEOUTS)  # every network call has a timeout
+def store_of(cfg: ModelConfig) -> Store:
+    """How every URL of `cfg` (source, config_path, tokenizer_path) is reached."""
+    return Store(cfg.source, cfg.storage_options)
+
+
+def open_fs(store: Store, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     try:
-        return url_to_fs(url, **opts)
-    except (ImportError, ValueError, TypeError) as exc:
-        raise CheckpointError(f"cannot open {url} ({exc}); check the URL and model.storage_options") from exc
+        return store.filesystem(url)
+    except StoreError as exc:
+        raise CheckpointError(f"cannot open {url} ({exc.__cause__}); check the URL and model.storage_options") from exc
 
 
 def _remote_file(info: dict[str, Any]) -> RemoteFile:
@@ -62,9 +67,9 @@ def _remote_file(info: dict[str, Any]) -> RemoteFile:
     return RemoteFile(int(info.get("size") or 0), str(stamp))
 
 
-def list_url(url: str, storage_options: dict[str, Any] | None = None) -> Listing:
+def list_url(store: Store, url: str) -> Listing:
     """Every file under `url` (or the file itself) with size and ETag; reads no content."""
-    fs, path = open_fs(url, storage_options)
+    fs, path = open_fs(store, url)
     path = path.rstrip("/")
     try:
         fs.invalidate_cache()  # a changed object must look changed, even within one process
@@ -103,16 +108,14 @@ def cached(listing: Listing, needed: Iterable[str], root: Path) -> Path | None:
     return entries.find(root, download_key(listing, needed), DOWNLOAD_MARKER)
 
 
-def download(
-    listing: Listing, needed: Iterable[str], root: Path, name: str, storage_options: dict[str, Any] | None
-) -> Path:
+def download(store: Store, listing: Listing, needed: Iterable[str], root: Path, name: str) -> Path:
     """The local copy of `needed` files of a listing (downloaded now, or found in the cache)."""
     needed = sorted(needed)
     key = download_key(listing, needed)
     total = sum(listing.files[rel].size for rel in needed)
 
     def fetch(tmp: Path) -> dict[str, Any]:
-        fs, base = open_fs(listing.url, storage_options)
+        fs, base = open_fs(store, listing.url)
         base = base.rstrip("/")
         started = time.monotonic()
         get_logger().info("downloading %d files (%.1f MB) from %s", len(needed), total / 1e6, listing.url)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from core.config import DEFAULT_MODEL, ModelConfig
+from core.store import Store
 from tasks.checkpoints import hub, remote
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.layout import STEP, TOKENIZER_CORE, TOKENIZER_DIRS, Layout, detect
@@ -100,9 +101,10 @@ def local_listing(folder: Path) -> dict[str, int]:
     return files
 
 
-def locate(cfg: ModelConfig, runtime_flavor: str, create_runtime: bool = True) -> Source:
-    """What `cfg.source` is; fails early, naming the field and what to fix. Without `create_runtime`
-    (a dry run) the default model's GGUF stays unlocated (local=None) until the runtime exists."""
+def locate(cfg: ModelConfig, store: Store, runtime_flavor: str, create_runtime: bool = True) -> Source:
+    """What `cfg.source` is (a URL is listed through `store`); fails early, naming the field and what to
+    fix. Without `create_runtime` (a dry run) the default model's GGUF stays unlocated (local=None)
+    until the runtime exists."""
     source = cfg.source
     if source == DEFAULT_MODEL:
         runtime = ensure_runtime(runtime_flavor) if create_runtime else runtime_for(runtime_flavor)
@@ -111,7 +113,7 @@ def locate(cfg: ModelConfig, runtime_flavor: str, create_runtime: bool = True) -
     if source.startswith("file://"):
         source = source[len("file://") :]
     if remote.is_url(source):
-        listing = remote.list_url(source, cfg.storage_options)
+        listing = remote.list_url(store, source)
         if listing.is_file:
             if not source.endswith(".gguf") and cfg.kind != "gguf":
                 raise CheckpointError(f"model.source {source!r} is a single file but not a .gguf file")
@@ -137,17 +139,15 @@ def checked(cfg: ModelConfig, found: Source) -> Source:
     return found
 
 
-def fetch_folder(
-    location: str, what: str, storage_options: dict[str, Any], downloads: Path, download: bool = True
-) -> Path | None:
+def fetch_folder(store: Store, location: str, what: str, downloads: Path, download: bool = True) -> Path | None:
     """A local folder for a config/tokenizer location: a folder or file here, or a URL downloaded once
     (None if `download` is off and it is not in the cache yet)."""
     if remote.is_url(location):
-        listing = remote.list_url(location, storage_options)
+        listing = remote.list_url(store, location)
         needed = [rel for rel in listing.files if "/" not in rel]  # top-level files only
         if not download:
             return remote.cached(listing, needed, downloads)
-        return remote.download(listing, needed, downloads, remote.readable_tail(location), storage_options)
+        return remote.download(store, listing, needed, downloads, remote.readable_tail(location))
     path = Path(location.removeprefix("file://")).expanduser()
     if path.is_file():
         return path.parent
@@ -185,10 +185,17 @@ def has_tokenizer(folder: Path) -> bool:
 
 
 def dcp_assets(
-    root: Path, layout: Layout, cfg: ModelConfig, downloads: Path, search_up: bool = True, download: bool = True
+    root: Path,
+    layout: Layout,
+    cfg: ModelConfig,
+    store: Store,
+    downloads: Path,
+    search_up: bool = True,
+    download: bool = True,
 ) -> DcpAssets:
-    """Weights, architecture config and tokenizer of a local DCP checkpoint. With `download` off (a dry
-    run) a config/tokenizer URL that is not in the cache yet comes back as None."""
+    """Weights, architecture config and tokenizer of a local DCP checkpoint (config/tokenizer URLs are
+    reached through `store`). With `download` off (a dry run) a config/tokenizer URL that is not in
+    the cache yet comes back as None."""
     weights = root / layout.weights_dir
     config_yaml = root / layout.config_yaml if layout.config_yaml else None
     tokenizer = root / layout.tokenizer_dir if layout.tokenizer_dir else None
@@ -201,11 +208,10 @@ def dcp_assets(
     policy = _training_config(config_yaml)
     model_name = policy.get("model_name")
     tokenizer_name = (policy.get("tokenizer") or {}).get("name") if isinstance(policy.get("tokenizer"), dict) else None
-    opts = cfg.storage_options
 
     config_dir: Path | None
     if cfg.config_path:
-        config_dir = fetch_folder(cfg.config_path, "model.config_path", opts, downloads, download)
+        config_dir = fetch_folder(store, cfg.config_path, "model.config_path", downloads, download)
     else:
         found = _named_model_dir(model_name)
         if found is None:
@@ -225,7 +231,7 @@ def dcp_assets(
 
     tokenizer_dir: Path | None
     if cfg.tokenizer_path:
-        tokenizer_dir = fetch_folder(cfg.tokenizer_path, "model.tokenizer_path", opts, downloads, download)
+        tokenizer_dir = fetch_folder(store, cfg.tokenizer_path, "model.tokenizer_path", downloads, download)
     else:
         candidates = [tokenizer, _named_model_dir(tokenizer_name), config_dir]
         tokenizer_dir = next((c for c in candidates if c is not None and has_tokenizer(c)), None)

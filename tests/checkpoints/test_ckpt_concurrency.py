@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.config import ModelConfig
-from tasks.checkpoints import entries, prepare
+from tasks.checkpoints import entries, jobs
 from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.light_check import check_hf_folder
 from tasks.checkpoints.prepare import plan_model, prepare_model_impl
@@ -26,9 +26,9 @@ CONVERT = """
 import json, logging, sys
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
 from core.config import ModelConfig
-from tasks.checkpoints import prepare
+from tasks.checkpoints import jobs, prepare
 if len(sys.argv) > 3:
-    prepare.MAX_SHARD_BYTES = int(sys.argv[3])
+    jobs.MAX_SHARD_BYTES = int(sys.argv[3])
 model = prepare.prepare_model_impl(ModelConfig(source=sys.argv[1], cache_dir=sys.argv[2]))
 print("RESULT " + json.dumps(model.to_dict()), flush=True)
 """
@@ -110,7 +110,7 @@ def test_sigkill_mid_conversion_then_convert_again(
     assert not any(alive(pid) for pid in converters), "the converter outlived its killed parent"
 
     cfg = ModelConfig(source=str(dcp_nemo), cache_dir=str(cache))
-    monkeypatch.setattr(prepare, "MAX_SHARD_BYTES", shard_bytes)
+    monkeypatch.setattr(jobs, "MAX_SHARD_BYTES", shard_bytes)
     assert temp.exists() and not (temp / MARKER).exists()
     assert plan_model(cfg)["cache"] == "miss"  # the half-written temporary folder is not an entry
 

@@ -1,9 +1,10 @@
 """Checkpoints on S3 (moto on loopback): downloaded once, only what the conversion reads, keyed by
-ETag; unreadable URLs fail clearly and leave no cache entry."""
+ETag; unreadable URLs fail clearly and leave no cache entry; credentials reach no file, log or message."""
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 import s3fs
 
 from core.config import ModelConfig
+from core.store import Store
 from tasks.checkpoints import remote
 from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model_impl
 from tasks.checkpoints.sources import find_default_gguf
 from tasks.runtime.venv import ensure_runtime
@@ -63,10 +66,11 @@ def test_download_key_follows_the_etag(s3: dict[str, Any]) -> None:
     fs = s3fs_of(s3)
     fs.mkdir("ckpt-etag")
     fs.pipe("ckpt-etag/m/model.gguf", b"a" * 100)
-    first = remote.list_url("s3://ckpt-etag/m/model.gguf", s3)
+    url = "s3://ckpt-etag/m/model.gguf"
+    first = remote.list_url(Store(url, s3), url)
     assert first.is_file and list(first.files) == ["model.gguf"]
     fs.pipe("ckpt-etag/m/model.gguf", b"b" * 100)  # same size, new content
-    second = remote.list_url("s3://ckpt-etag/m/model.gguf", s3)
+    second = remote.list_url(Store(url, s3), url)
     assert remote.download_key(first, ["model.gguf"]) != remote.download_key(second, ["model.gguf"])
 
 
@@ -151,3 +155,32 @@ def test_hf_folder_on_s3_is_downloaded_and_served_in_place(
     assert Path(model.path).parent == cache / "downloads" and not (Path(model.path) / "original").exists()
     again = prepare_model_impl(cfg)
     assert again.cache_hit and again.path == model.path
+
+
+# distinctive values: "testing" (the fixture's) is also a word in the tokenizer's vocabulary
+SECRETS = {"key": "AKIAEVALFLOWKEY4C1D9A", "secret": "evalflow-secret-8b72e0f5", "token": "evalflow-token-5ab2c7"}
+
+
+def test_credentials_reach_no_cache_file_log_or_message(
+    s3: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gguf = find_default_gguf(ensure_runtime("auto"))
+    fs = s3fs_of(s3)
+    fs.mkdir("ckpt-secret")
+    fs.put(str(gguf), "ckpt-secret/smol/model.gguf")
+    cache = tmp_path / "cache"
+    source = "s3://ckpt-secret/smol/model.gguf"
+    cfg = ModelConfig(source=source, storage_options={**s3, **SECRETS}, cache_dir=str(cache))
+    caplog.set_level(logging.INFO)
+
+    assert plan_model(cfg)["cache"] == "unknown"
+    model = prepare_model_impl(cfg)
+    assert not model.cache_hit and f"converting {source} (gguf" in caplog.text  # converted, and its logs captured
+    with pytest.raises(CheckpointError) as error:
+        prepare_model_impl(cfg.model_copy(update={"source": "s3://ckpt-secret/nothing/model.gguf"}))
+
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    assert {MARKER, remote.DOWNLOAD_MARKER} <= {p.name for p in files}
+    for value in SECRETS.values():
+        assert not [p for p in files if value.encode() in p.read_bytes()], value
+        assert value not in caplog.text and value not in str(error.value)

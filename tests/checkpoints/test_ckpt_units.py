@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -268,6 +269,27 @@ def test_missing_local_paths_are_not_taken_for_hub_ids(tmp_path: Path) -> None:
     for source in (str(tmp_path / "nope"), "./nope/step_1", "~/nope.gguf"):
         with pytest.raises(CheckpointError, match="no such file or folder"):
             prepare_model_impl(ModelConfig(source=source, cache_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"source": "Qwen/Qwen2.5-0.5B-Instruct", "output_dir": "{tmp}/out"}, "a hub id is passed to vLLM as is"),
+        ({"source": "{tmp}/hf", "output_dir": "{tmp}/out"}, "an HF folder is served in place"),
+        ({"source": "{tmp}/model.gguf", "skip": True}, r"is a gguf source: set model\.output_dir"),
+        ({"source": "{tmp}/hf", "output_dir": "{tmp}/nope", "skip": True}, "is not a folder"),
+    ],
+)
+def test_dry_run_and_real_run_refuse_alike(fields: dict[str, Any], words: str, tmp_path: Path) -> None:
+    folder = hf_folder(tmp_path / "hf")
+    write_safetensors(folder / "model.safetensors", {"a": 8})
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    values = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in fields.items()}
+    cfg = ModelConfig.model_validate({**values, "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(CheckpointError, match=words):
+        plan_model(cfg)
+    with pytest.raises(CheckpointError, match=words):
+        prepare_model_impl(cfg)
 
 
 def test_prefect_cache_key_is_off_when_forced_or_broken(tmp_path: Path) -> None:

@@ -1,0 +1,106 @@
+"""Conversion jobs: for a local GGUF or DCP source, what the cache key covers and how the HF folder is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.config import ModelConfig
+from core.store import Store
+from tasks.checkpoints.hashing import HashMemo, key_of, sha256_file
+from tasks.checkpoints.layout import TOKENIZER_FILES
+from tasks.checkpoints.runner import run_script
+from tasks.checkpoints.sources import DcpAssets, Source, dcp_assets
+from tasks.runtime.venv import Runtime
+
+CONVERTER_VERSION = "1"  # GGUF converter; bump when its output changes
+DCP_CONVERTER_VERSION = "1"
+MAX_SHARD_BYTES = 2_000_000_000  # per safetensors shard (save_pretrained's "2GB"); part of the key
+
+
+@dataclass(frozen=True)
+class Job:
+    """One conversion: what its key covers, and how to write the HF folder into a given folder."""
+
+    kind: str
+    name: str
+    key: str
+    options: dict[str, Any]
+    inputs: dict[str, Any]
+    source_bytes: int
+    run: Callable[[Path], dict[str, Any]]
+    details: dict[str, Any]  # shown by plan_model
+
+
+def gguf_job(gguf: Path, cfg: ModelConfig, runtime: Runtime, name: str, memo: HashMemo) -> Job:
+    options = {"converter": CONVERTER_VERSION, "dtype": cfg.dtype}
+    sha = sha256_file(gguf, memo)
+    # the same formula as before this module grew other sources: existing entries stay valid
+    key = hashlib.sha256((sha + json.dumps(options, sort_keys=True)).encode()).hexdigest()[:16]
+
+    def run(out: Path) -> dict[str, Any]:
+        return run_script(runtime, "gguf_to_hf.py", [str(gguf), str(out), cfg.dtype], f"converting {gguf.name}")
+
+    size = gguf.stat().st_size
+    return Job("gguf", name, key, options, {"gguf": {gguf.name: sha}}, size, run, {"gguf": str(gguf)})
+
+
+def _hashes(folder: Path, names: list[str], memo: HashMemo) -> dict[str, str]:
+    return {n: sha256_file(folder / n, memo) for n in sorted(names) if (folder / n).is_file()}
+
+
+def dcp_job(assets: DcpAssets, cfg: ModelConfig, runtime: Runtime, name: str, memo: HashMemo) -> Job:
+    assert assets.config_dir is not None and assets.tokenizer_dir is not None
+    config_dir, tokenizer_dir, weights_dir = assets.config_dir, assets.tokenizer_dir, assets.weights_dir
+    options = {"converter": f"dcp-{DCP_CONVERTER_VERSION}", "dtype": cfg.dtype, "max_shard_bytes": MAX_SHARD_BYTES}
+    shards = [p.name for p in weights_dir.iterdir() if p.name == ".metadata" or p.suffix == ".distcp"]
+    inputs = {
+        "weights": _hashes(weights_dir, shards, memo),
+        "config": _hashes(config_dir, ["config.json", "generation_config.json"], memo),
+        "tokenizer": _hashes(tokenizer_dir, [*TOKENIZER_FILES, "generation_config.json"], memo),
+    }
+    key = key_of({"kind": "dcp", **options, **inputs})
+    size = sum((weights_dir / n).stat().st_size for n in shards)
+
+    def run(out: Path) -> dict[str, Any]:
+        job = {
+            "weights_dir": str(weights_dir.resolve()),
+            "config_dir": str(config_dir.resolve()),
+            "tokenizer_dir": str(tokenizer_dir.resolve()),
+            "out_dir": str(out),
+            "dtype": cfg.dtype,
+            "max_shard_bytes": MAX_SHARD_BYTES,
+        }
+        with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="evalflow-dcp-job-") as fh:
+            json.dump(job, fh)
+            fh.flush()
+            return run_script(runtime, "dcp_to_hf.py", [fh.name], f"converting {name}")
+
+    details = {
+        "weights_dir": str(weights_dir),
+        "config_dir": str(config_dir),
+        "tokenizer_dir": str(tokenizer_dir),
+        "policy_model_name": assets.model_name,
+    }
+    return Job("dcp", name, key, options, inputs, size, run, details)
+
+
+def make_job(
+    src: Source, cfg: ModelConfig, store: Store, runtime: Runtime, downloads: Path, memo: HashMemo, fetch: bool
+) -> Job | None:
+    """The conversion for a local GGUF or DCP source; None when its inputs are not here yet and `fetch`
+    is off (the default model's runtime, config/tokenizer URLs not downloaded)."""
+    if src.local is None:
+        return None
+    if src.kind == "gguf":
+        return gguf_job(src.local, cfg, runtime, src.name, memo)
+    assert src.layout is not None
+    assets = dcp_assets(src.local, src.layout, cfg, store, downloads, not src.is_remote, fetch)
+    if not assets.complete:
+        return None
+    return dcp_job(assets, cfg, runtime, src.name, memo)
