@@ -1,23 +1,28 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
-# They install uv if it is missing, sync the orchestrator's environment from uv.lock, and create
-# the vLLM runtime (its own virtual environment, reused afterwards) before running.
+# They install uv if it is missing, sync the orchestrator's environment from uv.lock (which installs
+# this project and its `evalflow` command), and create the vLLM runtime (its own virtual environment,
+# reused afterwards) before running. Every target below is one `evalflow` command.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 RUN := $(UV) run --frozen
 POOL ?= evalflow-cpu
-.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop test lint format clean
+.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports test test-fast lint format clean
 
 help:
 	@echo "make demo       - local Prefect server + worker, deploy, run eval/smoke (SmolLM2 on vLLM CPU), print the report"
-	@echo "make test       - lint and run the test suite (unit + end-to-end on a real vLLM server)"
-	@echo "make demo-local - the same evaluation without a Prefect server (python -m flows.eval)"
+	@echo "make test       - lint and run the whole test suite (unit + end-to-end on a real vLLM server)"
+	@echo "make test-fast  - the tests that need no vLLM server (pytest -m 'not e2e')"
+	@echo "make demo-local - the same evaluation without a Prefect server (evalflow run)"
 	@echo "make server     - start a local Prefect server (127.0.0.1:4200, home .prefect/) unless one answers"
 	@echo "make deploy     - work pools, blocks and every deployment in prefect.yaml"
+	@echo "make blocks     - register the block types and save the defaults (blocks/defaults.yaml)"
 	@echo "make worker     - start a process worker for POOL (default evalflow-cpu; evalflow-gpu on GPU nodes)"
 	@echo "make stop       - stop the workers and the server started here"
-	@echo "make lint       - ruff check + format check"
+	@echo "make reports    - serve reports/ (index and every run's report) on http://127.0.0.1:8000"
+	@echo "make lint       - ruff check, ruff format check, import-layer contracts (lint-imports)"
+	@echo "Everything else: $(RUN) evalflow --help"
 
 uv:
 	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 || python3 -m pip install --quiet uv
@@ -26,7 +31,7 @@ sync: uv
 	$(UV) sync --frozen
 
 runtime: sync
-	$(RUN) python -m tasks.runtime.venv
+	$(RUN) evalflow runtime
 
 # Headless Chromium for the HTML report tests (Debian's package; no browser download).
 browser:
@@ -34,34 +39,41 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install Debian's chromium package for the HTML tests" >&2; exit 1; fi; }
 
-# The real path: server, blocks, deployments, a worker, `prefect deployment run eval/smoke`.
+# The real path: server, blocks, deployments, a worker, `prefect deployment run eval/smoke --watch`.
 demo: runtime
-	$(RUN) python -m ops.local demo
+	$(RUN) evalflow demo
 
 demo-local: runtime
-	$(RUN) python -m flows.eval --config configs/demo.yaml
+	$(RUN) evalflow run --config configs/demo.yaml
 
 server: sync
-	$(RUN) python -m ops.local server
+	$(RUN) evalflow local server
 
 deploy: server
-	$(RUN) python -m ops.local deploy
+	$(RUN) evalflow local deploy
 
 blocks: server
-	$(RUN) python -m ops.local blocks
+	$(RUN) evalflow local blocks
 
 worker: runtime
-	$(RUN) python -m ops.local worker --pool $(POOL)
+	$(RUN) evalflow local worker --pool $(POOL)
 
 stop:
-	$(RUN) python -m ops.local stop
+	$(RUN) evalflow local stop
+
+reports: sync
+	$(RUN) evalflow reports serve --store reports
 
 lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+	$(RUN) lint-imports
 
 test: runtime browser lint
 	$(RUN) pytest -x --timeout=1800 --durations=30
+
+test-fast: runtime browser
+	$(RUN) pytest -x -m "not e2e" --timeout=1800 --durations=30
 
 format: sync
 	$(RUN) ruff format .

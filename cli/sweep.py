@@ -1,0 +1,64 @@
+"""`evalflow sweep`: a grid of config values, one `eval` run per point, and a report side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+import yaml
+
+from cli.common import fail
+from cli.run import OVERRIDES_HELP
+
+
+def sweep(
+    sweep_file: Annotated[
+        str, typer.Option("--sweep", help="YAML with `grid:` (dotted keys to lists of values)", show_default=False)
+    ],
+    overrides: Annotated[list[str] | None, typer.Argument(help=OVERRIDES_HELP, show_default=False)] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="the base EvalConfig YAML (default: the sweep file's `base:`)")
+    ] = None,
+    deployment: Annotated[
+        str | None, typer.Option("--deployment", help="the eval deployment per point (default: the sweep file's)")
+    ] = None,
+    local: Annotated[bool, typer.Option("--local", help="run the points in this process, no deployment")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print each point and what it would run (one JSON line per point)")
+    ] = False,
+) -> None:
+    """Run a sweep: every point is validated and the model prepared once before any point starts.
+
+    Points run through the eval deployment (default `eval/smoke`, spread over its workers), or one
+    after another in this process with --local (or `deployment: null` in the sweep file).
+    """
+    # Prefect and the pipeline take seconds to import: only commands that run them pay for it.
+    from core.config import EvalConfig
+    from core.overrides import config_data
+    from core.resolve import BlockNotFound
+    from envs.base import DatasetError
+    from flows.eval import plan_run
+    from flows.sweep import expand_grid, load_sweep, sweep_flow
+    from tasks.checkpoints.errors import CheckpointError
+
+    try:
+        spec, base = load_sweep(sweep_file, config)
+        base_config = EvalConfig.model_validate(config_data(base, overrides or []))
+        points = expand_grid(base_config, spec.grid)
+    except (ValueError, OSError, yaml.YAMLError) as exc:  # SweepError, OverrideError, ValidationError
+        fail("invalid sweep", exc)
+    if dry_run:
+        try:
+            for values, data in points:
+                plan = plan_run(EvalConfig.model_validate(data))
+                typer.echo(
+                    json.dumps({"values": values, "rollouts": plan["rollouts"], "model": plan["model"]}, default=str)
+                )
+        except (BlockNotFound, CheckpointError, DatasetError, ValueError) as exc:
+            fail("dry run", exc)
+        return
+    target = None if local else (deployment or spec.deployment)
+    result = asyncio.run(sweep_flow(base_config, spec.grid, deployment=target, name=spec.name))
+    typer.echo(f"sweep report: {result['reports']['html']}")
