@@ -19,7 +19,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from core import store
+from core.store import Store
 
 
 class FsspecHandler(BaseHTTPRequestHandler):
@@ -66,15 +66,12 @@ class FsspecHandler(BaseHTTPRequestHandler):
         self._send(body=False)
 
 
-def make_server(
-    store_url: str, host: str = "127.0.0.1", port: int = 8000, storage_options: dict[str, Any] | None = None
-) -> ThreadingHTTPServer:
+def make_server(store: Store, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
     """An HTTP server for the store (not started); port 0 picks a free port."""
-    if store.is_local(store_url):
-        root = store_url[len("file://") :] if store_url.startswith("file://") else store_url
-        handler: Any = functools.partial(SimpleHTTPRequestHandler, directory=root)
+    if store.is_local:
+        handler: Any = functools.partial(SimpleHTTPRequestHandler, directory=store.local_path)
     else:
-        fs, root = store.filesystem(store_url, storage_options)
+        fs, root = store.filesystem()
         handler = type("StoreHandler", (FsspecHandler,), {"fs": fs, "root": root.rstrip("/")})
     return ThreadingHTTPServer((host, port), handler)
 
@@ -95,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True, help="the run store: a folder, file://... or s3://bucket/prefix")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--storage-options", default="{}", help="fsspec options as JSON, e.g. '{\"anon\": true}'")
+    parser.add_argument(
+        "--storage-options", dest="options", default="{}", help="fsspec options as JSON, e.g. '{\"anon\": true}'"
+    )
     args = parser.parse_args(argv)
-    server = make_server(args.store.rstrip("/"), args.host, args.port, json.loads(args.storage_options))
+    server = make_server(Store(args.store, json.loads(args.options)), args.host, args.port)
     print(f"serving {args.store} at {index_url(server)}", flush=True)
     try:
         server.serve_forever()

@@ -1,41 +1,52 @@
-"""The sweep report: one row per grid point (its values, its child run's state and headline metrics),
-a chart of each benchmark's accuracy over the first grid key, as sweep.json, report.md and a
-self-contained report.html under `<store>/sweeps/<sweep id>/`, plus Prefect artifacts."""
+"""The sweep report: the grid points side by side, as files under `<store>/sweeps/<sweep id>/` and artifacts.
+
+One row per grid point (its values, its child run's state and headline metrics) and a chart of each
+benchmark's accuracy over the first grid key, as sweep.json, report.md and a self-contained report.html.
+"""
 
 from __future__ import annotations
 
-import html
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
 
-from core import store
-from tasks.reporting.report import (
-    Table,
-    browser_url,
-    fig_html,
-    fmt_ci,
-    fmt_num,
-    fmt_rate,
-    html_page,
-    html_table,
-    md_table,
-)
+from core.store import Store, join
+from tasks.reporting.charts import chart
+from tasks.reporting.format import browser_url, fmt_ci, fmt_num, fmt_rate
+from tasks.reporting.headline import StoredHeadline
+from tasks.reporting.parts import Chart, Link, Table
+from tasks.reporting.render import render_html, render_markdown
 
 SWEEP_FILES = {"json": "sweep.json", "markdown": "report.md", "html": "report.html"}
 ARTIFACT_KEY = "sweep-report"
+
+
+@dataclass(frozen=True)
+class SweepView:
+    title: str
+    grid: list[tuple[str, str]]  # (config key, its values)
+    via: str  # the deployment the points ran through, or "this process"
+    points: int
+    table: Table
+    chart: Chart | None
+    reports: list[Link]  # each point's report: its path in the store, and a link a browser can follow
 
 
 def _value(value: Any) -> str:
     return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
+def _headlines(point: dict[str, Any]) -> dict[str, StoredHeadline]:
+    return {name: StoredHeadline.model_validate(h) for name, h in (point.get("headline") or {}).items()}
+
+
 def benchmarks_of(points: list[dict[str, Any]]) -> list[str]:
-    return sorted({name for p in points for name in p.get("headline", {})})
+    return sorted({name for p in points for name in p.get("headline") or {}})
 
 
-def points_table(info: dict[str, Any], points: list[dict[str, Any]], link: bool = False) -> Table:
+def points_table(info: dict[str, Any], points: list[dict[str, Any]]) -> Table:
     """Grid values, state, and per benchmark: accuracy (95% CI), pass@n, mean reward."""
     keys = list(info["grid"])
     header = ["point", *keys, "state"]
@@ -46,20 +57,20 @@ def points_table(info: dict[str, Any], points: list[dict[str, Any]], link: bool 
     rows = []
     for p in points:
         row = [f"p{p['index']}", *(_value(p["values"][k]) for k in keys), p["state"]]
+        headlines = _headlines(p)
         for name in names:
-            h = p.get("headline", {}).get(name)
+            h = headlines.get(name)
             if h is None:
                 row += ["", "", ""]
                 continue
-            low, high = h.get("accuracy_ci") or (None, None)
-            row += [f"{fmt_rate(h.get('accuracy'))} ({fmt_ci(low, high)})", fmt_rate(h.get("pass@n")),
-                    fmt_num(h.get("mean_reward"))]  # fmt: skip
+            accuracy = f"{fmt_rate(h.accuracy)} ({fmt_ci(*h.accuracy_ci)})"
+            row += [accuracy, fmt_rate(h.pass_at_n), fmt_num(h.mean_reward)]
         row.append(p.get("run_id") or p.get("message") or "")
         rows.append(row)
     return Table(header, rows)
 
 
-def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> str | None:
+def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> Chart | None:
     """Accuracy against the first grid key: one line per benchmark and combination of the other keys."""
     keys = list(info["grid"])
     if not keys or not benchmarks_of(points):
@@ -69,66 +80,44 @@ def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> str | 
     for name in benchmarks_of(points):
         series: dict[str, tuple[list[str], list[float]]] = {}
         for p in points:
-            h = p.get("headline", {}).get(name)
-            if h is None or h.get("accuracy") is None:
+            h = _headlines(p).get(name)
+            if h is None or h.accuracy is None:
                 continue
             label = name + "".join(f", {k}={_value(p['values'][k])}" for k in rest)
             xs, ys = series.setdefault(label, ([], []))
             xs.append(_value(p["values"][first]))
-            ys.append(h["accuracy"])
+            ys.append(h.accuracy)
         for label, (xs, ys) in series.items():
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=label))
     fig.update_xaxes(title=first, type="category")
     fig.update_yaxes(title="accuracy", tickformat=".0%")
-    return fig_html(fig, "sweep-accuracy", f"Accuracy by {first}")
+    return chart(fig, "sweep-accuracy", f"Accuracy by {first}")
 
 
-def render_markdown(info: dict[str, Any], points: list[dict[str, Any]]) -> str:
-    lines = [
-        f"# Sweep {info['sweep_id']}" + (f": {info['name']}" if info.get("name") else ""),
-        "",
-        f"Grid: {', '.join(f'`{k}` = {_value(v)}' for k, v in info['grid'].items())}; "
-        f"{len(points)} points via `{info.get('deployment') or 'this process'}`.",
-        "",
-        md_table(points_table(info, points)),
-        "",
-    ]
-    for p in points:
-        if p.get("report"):
-            lines.append(f"- p{p['index']}: `{p['report']}`")
-    return "\n".join(lines) + "\n"
-
-
-def render_html(info: dict[str, Any], points: list[dict[str, Any]], store_url: str) -> str:
-    title = f"Sweep {info['sweep_id']}" + (f": {info['name']}" if info.get("name") else "")
-    table = points_table(info, points)
-    links = "".join(
-        f'<li>p{p["index"]}: <a href="{html.escape(browser_url(store.join(store_url, p["report"])))}">'
-        f"{html.escape(p['report'])}</a></li>"
-        for p in points
-        if p.get("report")
+def sweep_view(store: Store, info: dict[str, Any], points: list[dict[str, Any]]) -> SweepView:
+    """The sweep's page; point reports are paths relative to the store root."""
+    return SweepView(
+        title=f"Sweep {info['sweep_id']}" + (f": {info['name']}" if info.get("name") else ""),
+        grid=[(k, _value(v)) for k, v in info["grid"].items()],
+        via=info.get("deployment") or "this process",
+        points=len(points),
+        table=points_table(info, points),
+        chart=accuracy_chart(info, points),
+        reports=[
+            Link(f"p{p['index']}", p["report"], browser_url(store.path(p["report"]))) for p in points if p.get("report")
+        ],
     )
-    chart = accuracy_chart(info, points) or ""
-    body = (
-        f"<h1>{html.escape(title)}</h1>"
-        f"<p>{len(points)} points via {html.escape(info.get('deployment') or 'this process')}</p>"
-        f"{html_table(table)}{chart}<h2>Reports</h2><ul>{links}</ul>"
-    )
-    return html_page(title, body)
 
 
-def write_sweep_report(
-    store_url: str, info: dict[str, Any], points: list[dict[str, Any]], storage_options: dict[str, Any] | None = None
-) -> dict[str, str]:
-    """Write the sweep's files (atomically, through fsspec), link them as artifacts, return their URLs."""
-    folder = store.join(store_url, "sweeps", info["sweep_id"])
-    urls = {kind: store.join(folder, name) for kind, name in SWEEP_FILES.items()}
-    store.write_text(
-        urls["json"], json.dumps({**info, "points": points}, indent=2, default=str) + "\n", storage_options
-    )
-    markdown = render_markdown(info, points)
-    store.write_text(urls["markdown"], markdown, storage_options)
-    store.write_text(urls["html"], render_html(info, points, store_url), storage_options)
+def write_sweep_report(store: Store, info: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, str]:
+    """Write the sweep's files (atomically, through the store), link them as artifacts, return their URLs."""
+    folder = store.path("sweeps", info["sweep_id"])
+    urls = {kind: join(folder, name) for kind, name in SWEEP_FILES.items()}
+    view = sweep_view(store, info, points)
+    markdown = render_markdown("sweep.md.j2", view=view)
+    store.write_text(urls["json"], json.dumps({**info, "points": points}, indent=2, default=str) + "\n")
+    store.write_text(urls["markdown"], markdown)
+    store.write_text(urls["html"], render_html("sweep.html.j2", view=view))
     _publish(urls, markdown)
     return urls
 

@@ -1,6 +1,8 @@
-"""report.html and index.html in headless Chromium, from file:// with no network: no console errors,
-every chart drawn, the rollout browser's filters and transcripts work. Screenshots go to
-test-artifacts/ at the repo root."""
+"""report.html and index.html in headless Chromium, opened from file:// with no network.
+
+No console errors, every chart drawn, the rollout browser's filters and transcripts work. Screenshots go
+to test-artifacts/ at the repo root.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from core.schema import RunMetrics
+from core.store import Store
 from tasks.analysis.compare import compare
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.index import index_entry, update_index
@@ -25,6 +29,11 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 EVIL = "<script>alert('x')</script> & <b>bold</b>"
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                "--disable-sync"]  # fmt: skip
+
+
+def analyze(files: list[str], store: Store) -> RunMetrics:
+    """The one call into the analysis from these tests."""
+    return compute_metrics(files, store)
 
 
 def gsm_rows(make_rollout: Callable[..., dict], run_id: str, ok_mod: int) -> list[dict[str, Any]]:
@@ -77,28 +86,24 @@ def tetris_rows(make_rollout: Callable[..., dict], run_id: str) -> list[dict[str
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store with two runs of one deployment; the second compares with the first."""
-    import pyarrow.parquet as pq
-
-    from core.schema import to_table
+    from core.schema import to_parquet_bytes
     from tests.tasks.conftest import rollout
 
     root = tmp_path_factory.mktemp("site")
-    store_url = str(root / "store")
+    store = Store(str(root / "store"))
     previous = None
     out: dict[str, Any] = {}
     for i, (run_id, ok_mod) in enumerate((("run-a", 2), ("run-b", 3))):
         files = []
         for name, rows in (("gsm8k", gsm_rows(rollout, run_id, ok_mod)), ("tetris", tetris_rows(rollout, run_id))):
-            path = root / "store" / "runs" / run_id / "rollouts" / name / "batch-0.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(to_table(rows), path)
-            files.append(str(path))
-        metrics = compute_metrics(files)
+            url = store.path("runs", run_id, "rollouts", name, "batch-0.parquet")
+            files.append(store.write_bytes(url, to_parquet_bytes(rows)))
+        metrics = analyze(files, store)
         info = {"run_id": run_id, "deployment": "nightly", "model": "tiny", "finished_at": f"2025-01-0{i + 1}T00:00"}
-        baseline = {**(previous or {}), "run_info": {"run_id": "run-a", "report": "runs/run-a/report.html"}}
-        comparison = compare(metrics, baseline) if previous else None
-        urls = write_report(f"{store_url}/runs/{run_id}", metrics, info, files, comparison=comparison)
-        update_index(store_url, index_entry(info, metrics, urls, store_url))
+        baseline_info = {"run_id": "run-a", "report": "runs/run-a/report.html"}
+        comparison = compare(metrics, previous, info, baseline_info) if previous else None
+        urls = write_report(store.path("runs", run_id), metrics, info, files, store, comparison)
+        update_index(store, index_entry(info, metrics, urls, store.url))
         previous = metrics
         out[run_id] = {"urls": urls, "metrics": metrics}
     out["index"] = root / "store" / "index.html"
@@ -166,19 +171,19 @@ def test_rollout_filters_and_transcripts(browser: Any, site: dict[str, Any]) -> 
     assert visible_rows(box) == 8
     box.locator(".f-prompt").fill("")
 
-    bm = site["run-b"]["metrics"]["benchmarks"]["gsm8k"]
-    box.locator(".f-outcome").select_option("error")
+    successes = site["run-b"]["metrics"].benchmarks["gsm8k"].successes
+    box.locator(".f-result").select_option("error")
     assert visible_rows(box) == 1
-    box.locator(".f-outcome").select_option("success")
-    assert visible_rows(box) == bm["successes"]
-    box.locator(".f-outcome").select_option("failure")
-    assert visible_rows(box) == 48 - bm["successes"] - 1
-    box.locator(".f-outcome").select_option("")
+    box.locator(".f-result").select_option("success")
+    assert visible_rows(box) == successes
+    box.locator(".f-result").select_option("failure")
+    assert visible_rows(box) == 48 - successes - 1
+    box.locator(".f-result").select_option("")
     box.locator(".f-min").fill("0.5")
-    assert visible_rows(box) == bm["successes"]
+    assert visible_rows(box) == successes
     box.locator(".f-min").fill("")
     box.locator(".f-max").fill("0.5")
-    assert visible_rows(box) == 48 - bm["successes"]
+    assert visible_rows(box) == 48 - successes
     box.locator(".f-max").fill("")
 
     box.locator(".f-prompt").fill("p01")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from plotly.offline import get_plotlyjs
 
-from core import store
+from core.store import Store, StoreError
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting import index
 from tasks.reporting.index import index_entry, read_entries, read_index, relative_to_store, update_index
@@ -45,8 +45,9 @@ def test_relative_to_store(tmp_path: Path) -> None:
 
 
 def test_index_entry_from_a_run(make_rollout, write_batch, tmp_path: Path) -> None:
-    metrics = compute_metrics([write_batch([make_rollout(prompt_id=f"p{i}", success=i < 3) for i in range(4)])])
     store_url = str(tmp_path / "store")
+    rows = [make_rollout(prompt_id=f"p{i}", success=i < 3) for i in range(4)]
+    metrics = compute_metrics([write_batch(rows)], Store(store_url))
     urls = {k: f"{store_url}/runs/r1/{n}" for k, n in (("metrics", "metrics.json"), ("markdown", "report.md"))}
     urls["html"] = f"{store_url}/runs/r1/report.html"
     info = {"run_id": "r1", "run_name": "n", "deployment": "dep", "flow_run_id": "f", "model": "tiny"}
@@ -64,23 +65,24 @@ def test_index_entry_from_a_run(make_rollout, write_batch, tmp_path: Path) -> No
 
 def test_update_index_adds_replaces_and_orders_newest_first(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
-    urls = update_index(url, entry("old", "2025-01-01T00:00:00+00:00"))
+    store = Store(url)
+    urls = update_index(store, entry("old", "2025-01-01T00:00:00+00:00"))
     assert urls == {"index_json": f"{url}/index.json", "index_html": f"{url}/index.html"}
-    update_index(url, entry("new", "2025-02-01T00:00:00+00:00"))
-    update_index(url, entry("old", "2025-01-01T00:00:00+00:00", model="replaced"))
+    update_index(store, entry("new", "2025-02-01T00:00:00+00:00"))
+    update_index(store, entry("old", "2025-01-01T00:00:00+00:00", model="replaced"))
     runs = json.loads(Path(urls["index_json"]).read_text())
     assert isinstance(runs, list) and [r["run_id"] for r in runs] == ["new", "old"]
     assert runs[1]["model"] == "replaced"
     assert sorted(os.listdir(tmp_path / "store/index/entries")) == ["new.json", "old.json"]
-    assert read_index(url) == runs == read_entries(url)
+    assert read_index(store) == runs == read_entries(store)
     assert not list((tmp_path / "store").glob(".*.tmp"))
 
 
 def test_index_html_links_and_trends(tmp_path: Path) -> None:
-    url = str(tmp_path / "store")
-    update_index(url, entry("a1", "2025-01-01T00:00:00+00:00", deployment="nightly"))
-    update_index(url, entry("a2", "2025-01-02T00:00:00+00:00", deployment="nightly"))
-    update_index(url, entry("b1", "2025-01-03T00:00:00+00:00", run_name="<script>x</script>"))
+    store = Store(str(tmp_path / "store"))
+    update_index(store, entry("a1", "2025-01-01T00:00:00+00:00", deployment="nightly"))
+    update_index(store, entry("a2", "2025-01-02T00:00:00+00:00", deployment="nightly"))
+    update_index(store, entry("b1", "2025-01-03T00:00:00+00:00", run_name="<script>x</script>"))
     page = (tmp_path / "store/index.html").read_text()
     assert page.count(get_plotlyjs()) == 1 and "<script src=" not in page
     assert re.findall(r'href="(runs/[^"]+)"', page).count("runs/a1/report.html") == 2  # run label + report link
@@ -91,7 +93,7 @@ def test_index_html_links_and_trends(tmp_path: Path) -> None:
 
 def test_run_ids_must_be_safe_file_names(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="run id"):
-        update_index(str(tmp_path), entry("../escape"))
+        update_index(Store(str(tmp_path)), entry("../escape"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,14 +101,14 @@ def test_run_ids_must_be_safe_file_names(tmp_path: Path) -> None:
 
 
 def test_concurrent_updates_from_threads_all_land(tmp_path: Path) -> None:
-    url = str(tmp_path / "store")
+    store = Store(str(tmp_path / "store"))
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 
     def finish(i: int) -> None:
         try:
             barrier.wait()
-            update_index(url, entry(f"run-{i}", f"2025-01-01T00:00:0{i}+00:00"))
+            update_index(store, entry(f"run-{i}", f"2025-01-01T00:00:0{i}+00:00"))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -124,12 +126,13 @@ def test_concurrent_updates_from_threads_all_land(tmp_path: Path) -> None:
 _FINISHER = """
 import json, sys, time
 from pathlib import Path
+from core.store import Store
 from tasks.reporting.index import update_index
 url, i, start = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 entry = json.loads(sys.argv[4])
 while not start.exists():  # all finish at the same moment
     time.sleep(0.01)
-update_index(url, entry)
+update_index(Store(url), entry)
 """
 
 
@@ -166,19 +169,19 @@ def test_concurrent_updates_from_processes_all_land(tmp_path: Path) -> None:
 def test_rebuild_sees_an_entry_that_lands_during_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The object-store race without locks: another run's entry appears after our listing; the
     re-check after writing notices it and rebuilds, so the final index holds both."""
-    url = str(tmp_path / "store")
+    store = Store(str(tmp_path / "store"))
     real_write = index._write_index
     calls = []
 
-    def write_then_race(store_url: str, entries: list[dict[str, Any]], opts: Any) -> None:
-        real_write(store_url, entries, opts)
+    def write_then_race(target: Store, entries: list[dict[str, Any]]) -> None:
+        real_write(target, entries)
         calls.append([e["run_id"] for e in entries])
         if len(calls) == 1:  # a concurrent finisher's entry lands right after our first rebuild
-            store.write_text(f"{url}/index/entries/late.json", json.dumps(entry("late")))
+            store.write_text(store.path("index", "entries", "late.json"), json.dumps(entry("late")))
 
     monkeypatch.setattr(index, "_write_index", write_then_race)
-    monkeypatch.setattr(index, "_index_lock", lambda _url: __import__("contextlib").nullcontext())
-    update_index(url, entry("mine"))
+    monkeypatch.setattr(index, "_index_lock", lambda _store: __import__("contextlib").nullcontext())
+    update_index(store, entry("mine"))
     assert calls == [["mine"], ["mine", "late"]] or calls == [["mine"], ["late", "mine"]]
     assert {r["run_id"] for r in json.loads((tmp_path / "store/index.json").read_text())} == {"mine", "late"}
 
@@ -190,25 +193,25 @@ def test_rebuild_sees_an_entry_that_lands_during_it(tmp_path: Path, monkeypatch:
 def test_unwritable_store_raises_and_leaves_no_index(tmp_path: Path) -> None:
     blocker = tmp_path / "store"
     blocker.write_text("a file where the store folder should be")
-    with pytest.raises(store.StoreError, match=re.escape(str(blocker / "index" / "entries" / "r1.json"))):
-        update_index(str(blocker), entry("r1"))
+    with pytest.raises(StoreError, match=re.escape(str(blocker / "index" / "entries" / "r1.json"))):
+        update_index(Store(str(blocker)), entry("r1"))
     assert blocker.read_text().startswith("a file")
 
 
 def test_failed_rebuild_keeps_the_previous_complete_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = str(tmp_path / "store")
-    update_index(url, entry("first"))
+    store = Store(str(tmp_path / "store"))
+    update_index(store, entry("first"))
     before = (tmp_path / "store/index.json").read_text()
 
     def broken(entries: list[dict[str, Any]]) -> str:
         raise RuntimeError("renderer crashed")
 
     monkeypatch.setattr(index, "render_index_html", broken)
-    with pytest.raises(store.StoreError, match=r"index\.json"):
-        update_index(url, entry("second"))
+    with pytest.raises(StoreError, match=r"index\.json"):
+        update_index(store, entry("second"))
     assert (tmp_path / "store/index.json").read_text() == before  # untouched, still complete
     assert (tmp_path / "store/index/entries/second.json").exists()  # the next rebuild picks it up
     monkeypatch.undo()
-    update_index(url, entry("third"))
+    update_index(store, entry("third"))
     ids = {r["run_id"] for r in json.loads((tmp_path / "store/index.json").read_text())}
     assert ids == {"first", "second", "third"}

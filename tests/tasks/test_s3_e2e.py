@@ -7,7 +7,6 @@ index behind.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import socket
@@ -20,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-import pyarrow.parquet as pq
 import pytest
 
-from core import store
-from core.schema import to_table
+from core.schema import RunMetrics, to_parquet_bytes
+from core.store import Store, StoreError
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.index import index_entry, update_index
 from tasks.reporting.report import write_report
@@ -35,7 +33,7 @@ RUN_ID = "20250101-000000-s3test"
 
 
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
+def s3_endpoint() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
@@ -52,17 +50,22 @@ def endpoint() -> Iterator[str]:
     server.stop()
 
 
-def s3_options(endpoint: str, **extra: Any) -> dict[str, Any]:
+def analyze(files: list[str], store: Store) -> RunMetrics:
+    """The one call into the analysis from these tests."""
+    return compute_metrics(files, store)
+
+
+def s3_options(url: str, **extra: Any) -> dict[str, Any]:
     return {
         "key": "testing",
         "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "client_kwargs": {"endpoint_url": url, "region_name": "us-east-1"},
         **extra,
     }
 
 
 @pytest.fixture
-def s3_store(endpoint: str) -> str:
+def s3_store(s3_endpoint: str) -> str:
     return f"s3://{BUCKET}/store-{uuid.uuid4().hex[:8]}"
 
 
@@ -104,14 +107,12 @@ def synthetic_batches(make_rollout: Callable[..., dict]) -> dict[str, list[dict[
     return {"gsm8k": gsm, "tetris": tetris}
 
 
-def write_run(store_url: str, batches: dict[str, list[dict]], opts: dict[str, Any] | None) -> list[str]:
-    """The run's rollout files, written through core.store like the flow does (one per benchmark)."""
+def write_run(store: Store, batches: dict[str, list[dict]]) -> list[str]:
+    """The run's rollout files, written through the store like the flow does (one per benchmark)."""
     files = []
     for bench, rows in batches.items():
-        buf = io.BytesIO()
-        pq.write_table(to_table(rows), buf)
-        url = store.join(store_url, "runs", RUN_ID, "rollouts", bench, "batch-0000.parquet")
-        files.append(store.write_bytes(url, buf.getvalue(), opts))
+        url = store.path("runs", RUN_ID, "rollouts", bench, "batch-0000.parquet")
+        files.append(store.write_bytes(url, to_parquet_bytes(rows)))
     return files
 
 
@@ -127,29 +128,30 @@ RUN_INFO = {
 }
 
 
-def publish(store_url: str, files: list[str], opts: dict[str, Any] | None) -> tuple[dict, dict[str, str]]:
-    metrics = compute_metrics(files, opts)
-    urls = write_report(store.join(store_url, "runs", RUN_ID), metrics, RUN_INFO, files, opts)
-    urls.update(update_index(store_url, index_entry(RUN_INFO, metrics, urls, store_url), opts))
+def publish(store: Store, files: list[str]) -> tuple[RunMetrics, dict[str, str]]:
+    metrics = analyze(files, store)
+    urls = write_report(store.path("runs", RUN_ID), metrics, RUN_INFO, files, store)
+    urls.update(update_index(store, index_entry(RUN_INFO, metrics, urls, store.url)))
     return metrics, urls
 
 
 def test_a_run_on_s3_matches_the_same_run_written_locally(
-    endpoint: str, s3_store: str, tmp_path: Path, make_rollout
+    s3_endpoint: str, s3_store: str, tmp_path: Path, make_rollout
 ) -> None:
-    opts = s3_options(endpoint)
+    opts = s3_options(s3_endpoint)
     batches = synthetic_batches(make_rollout)
-    local_store = str(tmp_path / "store")
-    local_metrics, local_urls = publish(local_store, write_run(local_store, batches, None), None)
-    s3_metrics, s3_urls = publish(s3_store, write_run(s3_store, batches, opts), opts)
+    local = Store(str(tmp_path / "store"))
+    s3 = Store(s3_store, opts)
+    local_metrics, local_urls = publish(local, write_run(local, batches))
+    s3_metrics, s3_urls = publish(s3, write_run(s3, batches))
 
     assert s3_metrics == local_metrics
-    assert s3_metrics["total_rollouts"] == 110 and s3_metrics["benchmarks"]["gsm8k"]["error_count"] == 1
+    assert s3_metrics.total_rollouts == 110 and s3_metrics.benchmarks["gsm8k"].error_count == 1
     assert s3_urls["html"] == f"{s3_store}/runs/{RUN_ID}/report.html"
     for kind in ("metrics", "markdown", "html", "index_json", "index_html"):
-        remote, local = store.read_text(s3_urls[kind], opts), Path(local_urls[kind]).read_text()
-        assert remote == local, f"{kind} differs between s3 and the local store"
-    assert "testing" not in store.read_text(s3_urls["metrics"], opts)  # the secret is redacted
+        remote, local_text = s3.read_text(s3_urls[kind]), Path(local_urls[kind]).read_text()
+        assert remote == local_text, f"{kind} differs between s3 and the local store"
+    assert "testing" not in s3.read_text(s3_urls["metrics"])  # the secret is redacted
     fs = fsspec.filesystem("s3", **opts)
     root = s3_store[len("s3://") :]
     listed = {p[len(root) + 1 :] for p in fs.find(root)}
@@ -162,14 +164,12 @@ def test_a_run_on_s3_matches_the_same_run_written_locally(
         f"runs/{RUN_ID}/report.html",
         f"runs/{RUN_ID}/rollouts/gsm8k/batch-0000.parquet",
     } <= listed
-    assert [e["report"] for e in json.loads(store.read_text(s3_urls["index_json"], opts))] == [
-        f"runs/{RUN_ID}/report.html"
-    ]
+    assert [e["report"] for e in json.loads(s3.read_text(s3_urls["index_json"]))] == [f"runs/{RUN_ID}/report.html"]
 
 
-def test_concurrent_index_updates_on_s3_all_land(endpoint: str, s3_store: str) -> None:
+def test_concurrent_index_updates_on_s3_all_land(s3_endpoint: str, s3_store: str) -> None:
     """No locks on S3: entries-then-rebuild must still keep every one of 8 simultaneous finishers."""
-    opts = s3_options(endpoint)
+    s3 = Store(s3_store, s3_options(s3_endpoint))
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 
@@ -177,7 +177,7 @@ def test_concurrent_index_updates_on_s3_all_land(endpoint: str, s3_store: str) -
         try:
             barrier.wait()
             entry = {"run_id": f"run-{i}", "finished_at": f"2025-01-01T00:00:0{i}+00:00", "benchmarks": ["gsm8k"]}
-            update_index(s3_store, entry, opts)
+            update_index(s3, entry)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -187,44 +187,46 @@ def test_concurrent_index_updates_on_s3_all_land(endpoint: str, s3_store: str) -
     for t in threads:
         t.join()
     assert errors == []
-    runs = json.loads(store.read_text(f"{s3_store}/index.json", opts))
+    runs = json.loads(s3.read_text(f"{s3_store}/index.json"))
     assert [r["run_id"] for r in runs] == [f"run-{i}" for i in reversed(range(8))]  # all of them, newest first
 
 
-def test_a_missing_bucket_fails_clearly_and_leaves_no_index(endpoint: str) -> None:
-    opts = s3_options(endpoint)
+def test_a_missing_bucket_fails_clearly_and_leaves_no_index(s3_endpoint: str) -> None:
+    opts = s3_options(s3_endpoint)
     bad_store = "s3://no-such-bucket-evalflow/store"
-    with pytest.raises(store.StoreError, match=f"{bad_store}/index/entries/r1.json") as info:
-        update_index(bad_store, {"run_id": "r1"}, opts)
+    with pytest.raises(StoreError, match=f"{bad_store}/index/entries/r1.json") as info:
+        update_index(Store(bad_store, opts), {"run_id": "r1"})
     assert "bucket does not exist" in str(info.value)
     fs = fsspec.filesystem("s3", **opts)
     assert not fs.exists("no-such-bucket-evalflow/store/index.json")
 
 
-def test_an_unreachable_store_fails_clearly(endpoint: str, s3_store: str, make_rollout) -> None:
+def test_an_unreachable_store_fails_clearly(s3_endpoint: str, s3_store: str, make_rollout) -> None:
     """Wrong endpoint (a closed port): every step names the URL it could not reach, and nothing is
     written to the real store."""
-    opts = s3_options(endpoint)
-    files = write_run(s3_store, synthetic_batches(make_rollout), opts)
+    opts = s3_options(s3_endpoint)
+    s3 = Store(s3_store, opts)
+    files = write_run(s3, synthetic_batches(make_rollout))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
-    bad = s3_options(f"http://127.0.0.1:{closed}", retries=1, config_kwargs={"retries": {"max_attempts": 1}})
-    with pytest.raises(store.StoreError, match=r"cannot read rollout files s3://"):
-        compute_metrics(files, bad)
-    with pytest.raises(store.StoreError, match=f"{s3_store}/index/entries/{RUN_ID}.json"):
-        update_index(s3_store, {"run_id": RUN_ID}, bad)
-    with pytest.raises(store.StoreError, match=f"{s3_store}/runs/{RUN_ID}/metrics.json"):
-        write_report(f"{s3_store}/runs/{RUN_ID}", compute_metrics(files, opts), RUN_INFO, [], bad)
+    bad_options = s3_options(f"http://127.0.0.1:{closed}", retries=1, config_kwargs={"retries": {"max_attempts": 1}})
+    bad = Store(s3_store, bad_options)
+    with pytest.raises(StoreError, match=r"cannot read rollout files s3://"):
+        analyze(files, bad)
+    with pytest.raises(StoreError, match=f"{s3_store}/index/entries/{RUN_ID}.json"):
+        update_index(bad, {"run_id": RUN_ID})
+    with pytest.raises(StoreError, match=f"{s3_store}/runs/{RUN_ID}/metrics.json"):
+        write_report(f"{s3_store}/runs/{RUN_ID}", analyze(files, s3), RUN_INFO, [], bad)
     fs = fsspec.filesystem("s3", **opts)
     root = s3_store[len("s3://") :]
     assert not fs.exists(f"{root}/index.json") and not fs.exists(f"{root}/index")
 
 
-def test_serve_reports_from_s3(endpoint: str, s3_store: str, make_rollout) -> None:
-    opts = s3_options(endpoint)
-    publish(s3_store, write_run(s3_store, synthetic_batches(make_rollout), opts), opts)
-    server = make_server(s3_store, port=0, storage_options=opts)
+def test_serve_reports_from_s3(s3_endpoint: str, s3_store: str, make_rollout) -> None:
+    s3 = Store(s3_store, s3_options(s3_endpoint))
+    publish(s3, write_run(s3, synthetic_batches(make_rollout)))
+    server = make_server(s3, port=0)
     serve_in_thread(server)
     try:
         url = index_url(server)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from core.store import Store
 from tasks.reporting.index import update_index
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,8 @@ def store_dir(tmp_path: Path) -> Path:
     root = tmp_path / "store"
     (root / "runs" / "r1").mkdir(parents=True)
     (root / "runs" / "r1" / "report.html").write_text("<html>report r1</html>")
-    update_index(str(root), {"run_id": "r1", "report": "runs/r1/report.html", "finished_at": "2025-01-01T00:00:00"})
+    entry = {"run_id": "r1", "report": "runs/r1/report.html", "finished_at": "2025-01-01T00:00:00"}
+    update_index(Store(str(root)), entry)
     return root
 
 

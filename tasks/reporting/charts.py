@@ -1,0 +1,179 @@
+"""Plotly charts for every page: the shared template and error bars, and the run report's figures.
+
+The run report's headline and per-benchmark figures are drawn from the metrics' histograms, never from
+per-rollout arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import plotly.graph_objects as go
+from markupsafe import Markup
+
+from core.schema import BenchmarkMetrics, Distribution, Interval, RunMetrics
+from tasks.reporting.format import slug
+from tasks.reporting.headline import bounds, headline_rows, uses_tools
+from tasks.reporting.parts import Chart
+
+MAX_PROMPT_BARS = 100  # more prompts than this: a histogram of per-prompt success rates instead of bars
+REWARD_VALUE_BARS = 60  # up to this many distinct reward values: one bar per value, else the histogram
+
+# plotly's built-in "plotly_white" is deep-copied into every figure (~0.1 s each): a small one instead.
+_GRID = "#EBF0F8"
+_COLORWAY = ["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF"]
+
+
+@functools.cache
+def plotly_template() -> go.layout.Template:
+    axis = {"gridcolor": _GRID, "zerolinecolor": _GRID, "linecolor": _GRID, "automargin": True}
+    return go.layout.Template(
+        layout={
+            "paper_bgcolor": "white",
+            "plot_bgcolor": "white",
+            "font": {"color": "#2a3f5f"},
+            "colorway": _COLORWAY,
+            "xaxis": axis,
+            "yaxis": axis,
+        }
+    )
+
+
+def chart(fig: go.Figure, div_id: str, title: str, height: int = 360) -> Chart:
+    """A figure as plotly's div + script, without plotly.js (the page template inlines it once)."""
+    margin = {"l": 55, "r": 20, "t": 50, "b": 50}
+    fig.update_layout(title=title, height=height, margin=margin, template=plotly_template())
+    div = fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        default_height=f"{height}px",
+        config={"displaylogo": False, "responsive": True},
+    )
+    return Chart(div_id, title, Markup(div))  # plotly's own markup: no model text enters a figure's HTML
+
+
+def error_bars(values: list[float | None], cis: list[tuple[float | None, float | None]]) -> dict[str, Any]:
+    plus = [None if v is None or hi is None else hi - v for v, (_, hi) in zip(values, cis, strict=True)]
+    minus = [None if v is None or lo is None else v - lo for v, (lo, _) in zip(values, cis, strict=True)]
+    return {"type": "data", "array": plus, "arrayminus": minus, "visible": True}
+
+
+def headline_charts(metrics: RunMetrics) -> list[Chart]:
+    """Rates per benchmark with 95% CIs, and mean reward with its bootstrap CI."""
+    rows = headline_rows(metrics)
+    if not rows:
+        return []
+    names = [r["benchmark"] for r in rows]
+    benches = metrics.benchmarks
+
+    def interval(bm: BenchmarkMetrics, key: str, n: str) -> Interval | None:
+        if key == "accuracy":
+            return bm.ci.accuracy
+        if key == "pass@1":
+            return bm.ci.pass_at_k.get("1")
+        return (bm.ci.pass_at_k if key == "pass@n" else bm.ci.maj_at_k).get(n)
+
+    rates = go.Figure()
+    for key in ("accuracy", "pass@1", "pass@n", "maj@n"):
+        values = [r[key] for r in rows]
+        cis = [bounds(interval(benches[r["benchmark"]], key, str(r["n"]))) for r in rows]
+        rates.add_trace(go.Bar(x=names, y=values, name=key, error_y=error_bars(values, cis)))
+    rates.update_layout(barmode="group", yaxis={"title": "rate", "range": [0, 1.05], "tickformat": ".0%"})
+    rewards = [r["mean_reward"] for r in rows]
+    reward = go.Figure(
+        go.Bar(x=names, y=rewards, name="mean reward", error_y=error_bars(rewards, [r["mean_reward_ci"] for r in rows]))
+    )
+    reward.update_layout(yaxis_title="mean reward")
+    return [
+        chart(rates, "chart-headline-rates", "Headline rates (95% CI)"),
+        chart(reward, "chart-headline-reward", "Mean reward (95% bootstrap CI over prompts)"),
+    ]
+
+
+def _histogram(dist: Distribution | None, name: str, opacity: float = 1.0) -> go.Bar | None:
+    """A histogram precomputed in SQL (edges + counts) as a bar trace."""
+    if not dist:
+        return None
+    edges, counts = dist.histogram.edges, dist.histogram.counts
+    centers = [(a + b) / 2 for a, b in itertools.pairwise(edges)]
+    widths = [b - a for a, b in itertools.pairwise(edges)]
+    return go.Bar(x=centers, y=counts, width=widths, name=name, opacity=opacity)
+
+
+def _pass_maj_curve(bm: BenchmarkMetrics) -> go.Figure:
+    ks = sorted(bm.pass_at_k, key=int)
+    curve = go.Figure()
+    for values_by_k, cis_by_k, label in ((bm.pass_at_k, bm.ci.pass_at_k, "pass@k"),
+                                         (bm.maj_at_k, bm.ci.maj_at_k, "maj@k")):  # fmt: skip
+        values = [values_by_k.get(k) for k in ks]
+        error_y = error_bars(values, [bounds(cis_by_k.get(k)) for k in ks])
+        curve.add_trace(go.Scatter(x=[int(k) for k in ks], y=values, mode="lines+markers", name=label, error_y=error_y))
+    curve.update_layout(
+        xaxis={"title": "k", "type": "log", "tickvals": [int(k) for k in ks]},
+        yaxis={"range": [0, 1.05], "tickformat": ".0%"},
+    )
+    return curve
+
+
+def _reward_figure(bm: BenchmarkMetrics) -> go.Figure:
+    values = bm.reward_values
+    if values.values and not values.truncated and len(values.values) <= REWARD_VALUE_BARS:
+        reward = go.Figure(go.Bar(x=[v for v, _ in values.values], y=[c for _, c in values.values]))
+    else:
+        reward = go.Figure([t for t in [_histogram(bm.distributions.get("reward"), "reward")] if t])
+    reward.update_layout(xaxis_title="reward", yaxis_title="rollouts", bargap=0.05)
+    return reward
+
+
+def _prompt_figure(bm: BenchmarkMetrics) -> tuple[go.Figure, str]:
+    prompts = sorted(bm.per_prompt, key=lambda p: (-(p.success_rate or 0.0), p.prompt_id))
+    if len(prompts) <= MAX_PROMPT_BARS:
+        per_prompt = go.Figure(go.Bar(x=[p.prompt_id for p in prompts], y=[p.success_rate for p in prompts]))
+        per_prompt.update_layout(
+            xaxis={"title": "prompt", "type": "category"}, yaxis={"title": "success rate", "range": [0, 1.05]}
+        )
+        return per_prompt, "Success rate per prompt"
+    per_prompt = go.Figure(
+        go.Histogram(x=[p.success_rate for p in prompts], xbins={"start": 0, "end": 1.0001, "size": 0.05})
+    )
+    per_prompt.update_layout(xaxis={"title": "success rate", "range": [0, 1.0001]}, yaxis_title="prompts")
+    return per_prompt, f"Per-prompt success rates ({len(prompts):,} prompts)"
+
+
+def benchmark_charts(name: str, bm: BenchmarkMetrics) -> list[Chart]:
+    """The benchmark's charts, all drawn from its metrics."""
+    per_prompt, per_prompt_title = _prompt_figure(bm)
+    figures: list[tuple[go.Figure, str, str]] = [
+        (_pass_maj_curve(bm), "pass-maj-at-k", "pass@k and maj@k (95% CI)"),
+        (_reward_figure(bm), "reward", "Reward distribution"),
+        (per_prompt, "prompt-success", per_prompt_title),
+    ]
+    tokens = go.Figure()
+    for col, label in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
+        trace = _histogram(bm.distributions.get(col), label, opacity=0.7)
+        if trace:
+            tokens.add_trace(trace)
+    tokens.update_layout(barmode="overlay", xaxis_title="tokens", yaxis_title="rollouts")
+    figures.append((tokens, "tokens", "Tokens per rollout"))
+
+    latency = go.Figure([t for t in [_histogram(bm.distributions.get("latency_s"), "latency")] if t])
+    latency.update_layout(xaxis_title="seconds", yaxis_title="rollouts", bargap=0.05)
+    figures.append((latency, "latency", "Latency per rollout (s)"))
+
+    if uses_tools(bm):
+        by_tools = bm.reward_by_tool_calls
+        tools = go.Figure(
+            go.Bar(
+                x=[r.tool_calls for r in by_tools],
+                y=[r.mean_reward for r in by_tools],
+                customdata=[r.n for r in by_tools],
+                hovertemplate="%{x} tool calls: mean reward %{y:.3f} (%{customdata} rollouts)<extra></extra>",
+            )
+        )
+        tools.update_layout(xaxis_title="tool calls", yaxis_title="mean reward")
+        figures.append((tools, "reward-by-tool-calls", "Mean reward by tool-call count"))
+    key = slug(name)
+    return [chart(fig, f"chart-{key}-{suffix}", title) for fig, suffix, title in figures]

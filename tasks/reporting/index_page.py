@@ -1,0 +1,180 @@
+"""index.html, the run store's front page: every run linked to its report, and trend charts.
+
+Runs are listed newest first; the trends are accuracy and mean reward per deployment (or run name) and
+benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.reporting.charts import chart, error_bars
+from tasks.reporting.format import NONE, fmt_ci, fmt_num, fmt_rate, slug
+from tasks.reporting.headline import StoredHeadline
+from tasks.reporting.parts import Chart
+from tasks.reporting.render import render_html
+
+MAX_TREND_CHARTS = 40
+
+
+class StoredEntry(BaseModel):
+    """The part of an index entry (index.index_entry) the page shows; entries of older runs may lack any."""
+
+    model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
+
+    run_id: str | None = None
+    run_name: str | None = None
+    deployment: str | None = None
+    model: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    report: str | None = None
+    headline: dict[str, StoredHeadline] = Field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        """What a run is compared with over time: its deployment, else its run name."""
+        if self.deployment:
+            return f"deployment: {self.deployment}"
+        if self.run_name:
+            return f"run name: {self.run_name}"
+        return "(no deployment or run name)"
+
+    @property
+    def href(self) -> str:
+        """Reports inside the store are relative links; a report elsewhere on this disk gets a file:// URI."""
+        report = self.report or ""
+        if report and "://" not in report and os.path.isabs(report):
+            return Path(report).as_uri()
+        return report
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    """One (run, benchmark) row of the runs table."""
+
+    run_id: str
+    label: str  # the run name, else its id
+    href: str
+    finished: str
+    group: str
+    model: str
+    benchmark: str
+    size: str  # prompts × n
+    accuracy: str
+    accuracy_ci: str
+    pass_at_1: str
+    pass_at_n: str
+    maj_at_n: str
+    mean_reward: str
+    mean_reward_ci: str
+
+
+@dataclass(frozen=True)
+class IndexView:
+    title: str
+    runs: int
+    trends: list[Chart]
+    rows: list[IndexRow]
+
+
+def _rows(entry: StoredEntry) -> list[IndexRow]:
+    run_id = str(entry.run_id)
+    base = {
+        "run_id": run_id,
+        "label": entry.run_name or entry.run_id or "?",
+        "href": entry.href,
+        "finished": (entry.finished_at or NONE)[:19].replace("T", " "),
+        "group": entry.group,
+        "model": entry.model or NONE,
+    }
+    if not entry.headline:
+        empty = StoredHeadline()
+        return [IndexRow(**base, benchmark=NONE, size=NONE, **_cells(empty))]
+    return [
+        IndexRow(**base, benchmark=name, size=f"{fmt_num(h.prompts)} × {fmt_num(h.n)}", **_cells(h))
+        for name, h in entry.headline.items()
+    ]
+
+
+def _cells(h: StoredHeadline) -> dict[str, str]:
+    return {
+        "accuracy": fmt_rate(h.accuracy),
+        "accuracy_ci": fmt_ci(*h.accuracy_ci),
+        "pass_at_1": fmt_rate(h.pass_at_1),
+        "pass_at_n": fmt_rate(h.pass_at_n),
+        "maj_at_n": fmt_rate(h.maj_at_n),
+        "mean_reward": fmt_num(h.mean_reward),
+        "mean_reward_ci": fmt_ci(*h.mean_reward_ci, rate=False),
+    }
+
+
+def trend_charts(entries: list[StoredEntry], limit: int = MAX_TREND_CHARTS) -> list[Chart]:
+    """Accuracy (with its CI) and mean reward over time, one chart per (group, benchmark), the most
+    recently updated first; `entries` are newest first, as the index keeps them."""
+    series: dict[tuple[str, str], list[tuple[StoredEntry, StoredHeadline]]] = {}
+    for entry in reversed(entries):
+        for name, h in entry.headline.items():
+            series.setdefault((entry.group, name), []).append((entry, h))
+    position = {id(entry): i for i, entry in enumerate(entries)}
+    latest = sorted(series, key=lambda key: position[id(series[key][-1][0])])[:limit]
+    charts = []
+    for group, bench in latest:
+        points = series[(group, bench)]
+        when = [str(e.finished_at or e.started_at) for e, _ in points]
+        labels = [f"{e.run_id} · {e.model}" for e, _ in points]
+        acc = [h.accuracy for _, h in points]
+        rewards = [h.mean_reward for _, h in points]
+        fig = go.Figure()
+        fig.add_trace(
+            go.Scatter(
+                x=when,
+                y=acc,
+                text=labels,
+                mode="lines+markers",
+                name="accuracy",
+                error_y=error_bars(acc, [h.accuracy_ci for _, h in points]),
+                hovertemplate="%{text}<br>accuracy %{y:.2%}<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=when,
+                y=rewards,
+                text=labels,
+                mode="lines+markers",
+                name="mean reward",
+                yaxis="y2",
+                line={"dash": "dot"},
+                hovertemplate="%{text}<br>mean reward %{y:.3f}<extra></extra>",
+            )
+        )
+        fig.update_layout(
+            xaxis={"title": "finished", "type": "date"},
+            yaxis={"title": "accuracy", "tickformat": ".0%", "rangemode": "tozero"},
+            yaxis2={"title": "mean reward", "overlaying": "y", "side": "right"},
+            legend={"orientation": "h", "y": -0.25},
+        )
+        charts.append(chart(fig, f"trend-{slug(group)}-{slug(bench)}", f"{bench} — {group}"))
+    return charts
+
+
+def index_view(entries: list[dict[str, Any]]) -> IndexView:
+    """The page of `entries` (newest first, as read_entries returns them)."""
+    stored = [StoredEntry.model_validate(e) for e in entries]
+    return IndexView(
+        title="evalflow runs",
+        runs=len(stored),
+        trends=trend_charts(stored),
+        rows=[row for entry in stored for row in _rows(entry)],
+    )
+
+
+def render_index_html(entries: list[dict[str, Any]]) -> str:
+    return render_html("index.html.j2", view=index_view(entries))

@@ -1,0 +1,91 @@
+"""The run report's view model: everything report.md and report.html show, built once.
+
+It is built from the typed metrics, run_info, the baseline comparison and the rollouts, so both formats
+carry the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from core import secrets
+from core.schema import RunMetrics
+from tasks.reporting.browser import BrowserView, browser_view
+from tasks.reporting.charts import benchmark_charts, headline_charts
+from tasks.reporting.comparison import ComparisonView, comparison_view
+from tasks.reporting.format import slug
+from tasks.reporting.headline import headline_table
+from tasks.reporting.parts import Chart, Section, Table
+from tasks.reporting.tables import benchmark_sections, prompt_table, run_sections
+
+MAX_PROMPT_ROWS = 50  # per-prompt rows per benchmark in the markdown (all are in metrics.json)
+MAX_PROMPT_ROWS_HTML = 500  # ... and in the HTML
+PROMPTS_TITLE = "Per prompt (worst first)"
+
+
+@dataclass(frozen=True)
+class BenchmarkView:
+    name: str
+    anchor: str
+    sections: list[Section]
+    prompts: Section  # worst first, up to MAX_PROMPT_ROWS_HTML (the HTML shows it folded)
+    prompts_short: Section  # the same, up to MAX_PROMPT_ROWS (markdown)
+    charts: list[Chart]  # HTML only
+    browser: BrowserView | None  # HTML only; None when the rollouts were not loaded
+
+
+@dataclass(frozen=True)
+class ReportView:
+    title: str
+    comparison: ComparisonView | None
+    headline: Table
+    headline_charts: list[Chart]
+    empty: bool  # no rollouts at all
+    run: list[Section]
+    config_json: str  # redacted
+    benchmarks: list[BenchmarkView]
+
+
+def report_title(run_info: Mapping[str, Any]) -> str:
+    return f"Evaluation report: {run_info.get('model', '?')} ({run_info.get('run_id', '?')})"
+
+
+def config_json(run_info: Mapping[str, Any]) -> str:
+    return json.dumps(secrets.redact(run_info.get("config") or {}), indent=2, sort_keys=True, default=str)
+
+
+def report_view(
+    metrics: RunMetrics,
+    run_info: dict[str, Any],
+    comparison: Mapping[str, Any] | None = None,
+    rollouts: pl.DataFrame | None = None,
+) -> ReportView:
+    """The report of one run; `rollouts` (browser rows, see browser.load_rollouts) fills the browsers."""
+    benchmarks = []
+    for name, bm in metrics.benchmarks.items():
+        benchmarks.append(
+            BenchmarkView(
+                name=name,
+                anchor=slug(name),
+                sections=benchmark_sections(bm),
+                prompts=Section(PROMPTS_TITLE, prompt_table(bm, MAX_PROMPT_ROWS_HTML)),
+                prompts_short=Section(PROMPTS_TITLE, prompt_table(bm, MAX_PROMPT_ROWS)),
+                charts=benchmark_charts(name, bm),
+                browser=None if rollouts is None else browser_view(name, bm, rollouts),
+            )
+        )
+    return ReportView(
+        title=report_title(run_info),
+        comparison=comparison_view(comparison) if comparison else None,
+        headline=headline_table(metrics),
+        headline_charts=headline_charts(metrics),
+        empty=not metrics.benchmarks,
+        run=run_sections(run_info),
+        config_json=config_json(run_info),
+        benchmarks=benchmarks,
+    )
