@@ -7,7 +7,7 @@
 The synthetic run looks like a real one: a gsm8k-like benchmark (single turn, the env's info JSON,
 per-prompt difficulty, parse errors, length stops, a few request errors) and a tetris-like one
 (multi-turn transcripts with 0-10 tool calls, rewards of -0.1 per action and +10 per cleared row),
-written as 20 parquet batch files through core.store. The measured work runs in a fresh child
+written as 20 parquet batch files through the run store (core.store.Store). The measured work runs in a fresh child
 process, so the peak RSS (ru_maxrss) is the analysis's own, not the generator's. Goal on the
 2-core dev machine: under 15 s and under 2 GB. CPU seconds (user + sys) are printed next to wall
 times, with the machine's CPU pressure: on a shared machine the wall times grow with other load,
@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core import store
 from core.schema import ROLLOUT_SCHEMA, to_json
+from core.store import Store
 
 RUN_ID = "bench-scale-run"
 FINAL_BOARD = "_____\n_____\n__X__\n#_##_\n##_##"
@@ -203,7 +203,7 @@ class Generator:
         return pa.Table.from_pydict(columns, schema=ROLLOUT_SCHEMA)
 
 
-def generate(store_url: str, prompts: int, repeats: int, files: int) -> list[str]:
+def generate(store: Store, prompts: int, repeats: int, files: int) -> list[str]:
     """Write `files` batch files (half per benchmark) under <store>/runs/<RUN_ID>/rollouts/."""
     gen = Generator(prompts)
     per_bench = max(1, files // len(BENCHMARKS))
@@ -217,7 +217,7 @@ def generate(store_url: str, prompts: int, repeats: int, files: int) -> list[str
                 break
             buf = io.BytesIO()
             pq.write_table(gen.batch(benchmark, first, count, repeats, i), buf, compression="zstd")
-            url = store.join(store_url, "runs", RUN_ID, "rollouts", benchmark, f"batch-{i:04d}.parquet")
+            url = store.path("runs", RUN_ID, "rollouts", benchmark, f"batch-{i:04d}.parquet")
             urls.append(store.write_bytes(url, buf.getvalue()))
     return urls
 
@@ -237,11 +237,14 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
         timings[name], cpu[name] = time.perf_counter() - started, _cpu() - cpu_started
 
     t0, c0 = time.perf_counter(), _cpu()
+    from envs.registry import metric_specs
     from tasks.analysis.metrics import compute_metrics
+    from tasks.reporting.index import index_entry, update_index
     from tasks.reporting.report import write_report
 
     phase("import", t0, c0)
-    run_dir = store.join(store_url, "runs", RUN_ID)
+    store = Store(store_url)
+    run_dir = store.path("runs", RUN_ID)
     run_info = {
         "run_id": RUN_ID,
         "run_name": "bench",
@@ -252,19 +255,14 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
         "config": {},
     }
     t, c = time.perf_counter(), _cpu()
-    metrics = compute_metrics(files)
+    metrics = compute_metrics(files, store, metric_specs(BENCHMARKS))
     phase("compute_metrics", t, c)
     t, c = time.perf_counter(), _cpu()
-    urls = write_report(run_dir, metrics, run_info, files)
+    urls = write_report(run_dir, metrics, run_info, files, store)
     phase("write_report", t, c)
-    try:
-        from tasks.reporting.index import index_entry, update_index
-    except ImportError:  # older trees without the run index
-        pass
-    else:
-        t, c = time.perf_counter(), _cpu()
-        update_index(store_url, index_entry(run_info, metrics, urls, store_url))
-        phase("update_index", t, c)
+    t, c = time.perf_counter(), _cpu()
+    update_index(store, index_entry(run_info, metrics, urls, store.url))
+    phase("update_index", t, c)
     phase("total", t0, c0)
     return {
         "timings": timings,
@@ -272,7 +270,7 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
         "cpu_s": _cpu(),
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "urls": urls,
-        "rollouts": metrics["total_rollouts"],
+        "rollouts": metrics.total_rollouts,
     }
 
 
@@ -304,7 +302,7 @@ def main() -> None:
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-analysis-"))
     store_url = str(root / "store")
     t = time.perf_counter()
-    files = generate(store_url, args.prompts, args.repeats, args.files)
+    files = generate(Store(store_url), args.prompts, args.repeats, args.files)
     generated = time.perf_counter() - t
     data = sum(Path(f).stat().st_size for f in files) / 2**20
     proc = subprocess.run(
@@ -318,7 +316,7 @@ def main() -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     urls = result["urls"]
     timings = result["timings"]
-    work = timings["compute_metrics"] + timings["write_report"] + timings.get("update_index", 0.0)
+    work = timings["compute_metrics"] + timings["write_report"] + timings["update_index"]
     rows = [
         (
             "rollouts",

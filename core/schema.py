@@ -1,54 +1,130 @@
-"""The run's data contracts: the rollout record (one parquet row per rollout, the only input of every
-metric) and the metrics document (metrics.json) computed from those rows.
+"""The run's data contracts: the rollout record (a parquet row) and the metrics document (metrics.json).
 
-Nested values (messages, transcripts, sampling parameters, env info) are stored as JSON strings so
-that every batch file has the same flat schema regardless of benchmark, and DuckDB can read all of
-a run's files in one scan.
+Every metric is computed from the rollout records, one parquet row per rollout, and nothing else.
+
+`RolloutRecord` is the one declaration of the row: the Arrow schema of the batch files is derived from
+its fields, so the two cannot drift. Nested values (messages, transcripts, sampling parameters, env
+info) are stored as JSON text so that every batch file has the same flat schema regardless of
+benchmark, and DuckDB can read all of a run's files in one scan. Every file carries its schema version
+in its key-value metadata; `check_schema_version` is the one place that decides whether a file can be read.
 """
 
 from __future__ import annotations
 
+import io
 import json
-from typing import Any, Literal
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
-# Version of the metrics document below; tasks/analysis writes it, readers check it.
+# Version 1: the files written before versions were recorded (no metadata key, the same columns).
+ROLLOUT_SCHEMA_VERSION = 2
+SCHEMA_VERSION_KEY = b"evalflow.schema_version"
+# Version 3: env_metrics (declared by the environments) replace info_rates / info_outcomes.
 METRICS_SCHEMA_VERSION = 3
 
-ROLLOUT_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("benchmark", pa.string(), nullable=False),
-        pa.field("env_version", pa.string(), nullable=False),
-        pa.field("batch_key", pa.string(), nullable=False),
-        pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("repeat", pa.int32(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("model_fingerprint", pa.string(), nullable=False),
-        pa.field("sampling", pa.string(), nullable=False),  # JSON object
-        pa.field("messages", pa.string(), nullable=False),  # JSON: chat messages (list) or a prompt (string)
-        pa.field("completion", pa.string()),  # final assistant text; null on error
-        pa.field("transcript", pa.string()),  # JSON list: the whole conversation incl. the completion
-        pa.field("finish_reason", pa.string()),
-        pa.field("prompt_tokens", pa.int64()),
-        pa.field("completion_tokens", pa.int64()),
-        pa.field("turns", pa.int32(), nullable=False),
-        pa.field("tool_calls", pa.int32(), nullable=False),
-        pa.field("latency_s", pa.float64()),
-        pa.field("reward", pa.float64(), nullable=False),
-        pa.field("success", pa.bool_(), nullable=False),
-        pa.field("parsed_answer", pa.string()),
-        pa.field("reference", pa.string()),
-        pa.field("error", pa.string()),  # null when the rollout completed
-        pa.field("info", pa.string(), nullable=False),  # JSON object, env-specific
-        pa.field("created_at", pa.timestamp("ms", tz="UTC"), nullable=False),
-    ]
-)
 
-JSON_COLUMNS = ("sampling", "messages", "transcript", "info")
+class SchemaVersionError(ValueError):
+    """A file was written by a newer evalflow than this one (or carries an unreadable version)."""
+
+
+class _JsonText:
+    """Marks a column stored as JSON text."""
+
+
+JSON = _JsonText()
+
+
+class RolloutRecord(BaseModel):
+    """One rollout: what was asked, what came back, and the environment's verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(description="the run that collected the rollout (a batch reused from the cache keeps it)")
+    benchmark: str = Field(description="the benchmark's environment name, e.g. gsm8k")
+    env_version: str = Field(description="the environment's version (bumped on any scoring or prompt change)")
+    batch_key: str = Field(description="content key of the batch the rollout was collected in")
+    prompt_id: str = Field(description="stable id of the dataset row, unique within the benchmark")
+    repeat: Annotated[int, pa.int32()] = Field(description="0-based index of this sample of the prompt")
+    seed: int = Field(description="sampling seed sent to the server: a stable hash of (base seed, prompt, repeat)")
+    model: str = Field(description="the served model name")
+    model_fingerprint: str = Field(description="content hash of the converted checkpoint's files")
+    sampling: Annotated[dict[str, Any], JSON] = Field(description="sampling parameters (JSON object)")
+    messages: Annotated[list[dict[str, Any]] | str, JSON] = Field(
+        description="the opening chat messages (JSON list), or the plain-completion prompt (JSON string)"
+    )
+    completion: str | None = Field(
+        None, description="the last assistant text; null when a single-turn rollout's request failed"
+    )
+    transcript: Annotated[list[dict[str, Any]] | str | None, JSON] = Field(
+        None,
+        description="the whole conversation incl. the completion and tool messages (JSON list), or the plain "
+        "prompt plus completion (JSON string); null when a single-turn rollout's request failed",
+    )
+    finish_reason: str | None = Field(None, description="the last response's finish reason (stop, length, ...)")
+    prompt_tokens: int | None = Field(None, description="prompt tokens, summed over the turns of a conversation")
+    completion_tokens: int | None = Field(None, description="generated tokens, summed over the turns")
+    turns: Annotated[int, pa.int32()] = Field(description="assistant turns")
+    tool_calls: Annotated[int, pa.int32()] = Field(description="tool calls the environment executed")
+    latency_s: float | None = Field(None, description="seconds spent in requests, summed over the turns")
+    reward: float = Field(description="the environment's reward (analysis counts an errored rollout as 0)")
+    success: bool = Field(description="the environment's verdict (analysis counts an errored rollout as false)")
+    parsed_answer: str | None = Field(None, description="the answer taken from the completion; null when none")
+    reference: str | None = Field(None, description="the reference answer")
+    error: str | None = Field(None, description="why the rollout failed ('Type: message'); null when it completed")
+    info: Annotated[dict[str, Any], JSON] = Field(
+        description="environment-specific details (JSON object); its keys are described by the env's metrics"
+    )
+    created_at: datetime = Field(description="when the batch file was written (UTC, milliseconds)")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _decode_json(cls, value: Any, info: ValidationInfo) -> Any:
+        # JSON columns given as text (as read back from a file, or pre-encoded) are the encoded value.
+        if isinstance(value, str) and info.field_name in JSON_COLUMNS:
+            return json.loads(value)
+        return value
+
+    def to_row(self) -> dict[str, Any]:
+        """The row as stored: JSON columns encoded."""
+        return {name: to_json(value) if name in JSON_COLUMNS and value is not None else value for name, value in self}
+
+
+_ARROW_TYPES: dict[Any, pa.DataType] = {
+    str: pa.string(),
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    datetime: pa.timestamp("ms", tz="UTC"),
+}
+
+
+def _arrow_field(name: str, info: FieldInfo) -> pa.Field:
+    args = typing.get_args(info.annotation) if isinstance(info.annotation, types.UnionType) else ()
+    nullable = type(None) in args
+    explicit = [m for m in info.metadata if isinstance(m, pa.DataType)]
+    if explicit:
+        arrow_type = explicit[0]
+    elif JSON in info.metadata:
+        arrow_type = pa.string()
+    else:
+        arrow_type = _ARROW_TYPES[next(a for a in args if a is not type(None)) if args else info.annotation]
+    return pa.field(name, arrow_type, nullable=nullable)
+
+
+JSON_COLUMNS = tuple(name for name, info in RolloutRecord.model_fields.items() if JSON in info.metadata)
+ROLLOUT_SCHEMA = pa.schema(
+    [_arrow_field(name, info) for name, info in RolloutRecord.model_fields.items()],
+    metadata={SCHEMA_VERSION_KEY: str(ROLLOUT_SCHEMA_VERSION).encode()},
+)
+COLUMN_DOCS = {name: info.description or "" for name, info in RolloutRecord.model_fields.items()}
 
 
 def to_json(value: Any) -> str:
@@ -56,37 +132,64 @@ def to_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def to_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """Build a batch table, encoding nested columns and enforcing the schema."""
-    encoded = []
-    for row in rows:
-        row = dict(row)
-        for col in JSON_COLUMNS:
-            value = row.get(col)
-            if value is not None and not isinstance(value, str):
-                row[col] = to_json(value)
-        encoded.append(row)
-    return pa.Table.from_pylist(encoded, schema=ROLLOUT_SCHEMA)
+def to_table(rows: Iterable[RolloutRecord | Mapping[str, Any]]) -> pa.Table:
+    """A batch table: each row checked against RolloutRecord, nested columns encoded, the version in
+    the schema metadata."""
+    records = [row if isinstance(row, RolloutRecord) else RolloutRecord.model_validate(row) for row in rows]
+    return pa.Table.from_pylist([record.to_row() for record in records], schema=ROLLOUT_SCHEMA)
+
+
+def to_parquet_bytes(rows: Iterable[RolloutRecord | Mapping[str, Any]]) -> bytes:
+    """A whole batch file (zstd-compressed parquet), ready for one atomic write."""
+    buffer = io.BytesIO()
+    pq.write_table(to_table(rows), buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def check_schema_version(url: str, value: bytes | str | None) -> int:
+    """The rollout schema version of the file at `url`, from its metadata value (None: version 1);
+    a version this code does not know is refused with a message naming the file."""
+    if value is None:
+        return 1
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    try:
+        version = int(text)
+    except ValueError:
+        raise SchemaVersionError(
+            f"{url}: unreadable rollout schema version {text!r} (metadata key {SCHEMA_VERSION_KEY.decode()})"
+        ) from None
+    if not 1 <= version <= ROLLOUT_SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{url}: rollout schema version {version} is not supported (this evalflow reads 1 to "
+            f"{ROLLOUT_SCHEMA_VERSION}); analyse it with a newer evalflow"
+        )
+    return version
 
 
 # ---------------------------------------------------------------------------------------------
 # The metrics document (metrics.json): what tasks/analysis computes and tasks/reporting renders.
-# Field names are the JSON keys; the analysis module doc says how each number is computed.
+# Field names are the JSON keys; tasks/analysis/metrics.py's module doc says how each is computed.
 
 
 class _Doc(BaseModel):
-    # Older documents (schema_version 2) lack newer fields (defaults fill them); unknown keys are kept
-    # out rather than failing a report of an old run.
+    # Older documents lack newer fields (defaults fill them); their dropped keys are ignored rather
+    # than failing a report or a comparison with an old run.
     model_config = ConfigDict(extra="ignore")
 
 
 class Interval(_Doc):
-    """A confidence interval; `low`/`high` are null where it is undefined (no data, < 2 prompts)."""
+    """A Wilson score interval; `low`/`high` are null where it is undefined (no data)."""
 
     low: float | None = None
     high: float | None = None
     n: int = 0
     method: str = "wilson"
+
+
+class BootstrapInterval(Interval):
+    """A seeded percentile bootstrap over prompts; null bounds with fewer than 2 prompts."""
+
+    method: str = "bootstrap-prompts"
     resamples: int | None = None
     seed: int | None = None
 
@@ -98,7 +201,7 @@ class Intervals(_Doc):
     error_rate: Interval = Field(default_factory=Interval)
     pass_at_k: dict[str, Interval] = Field(default_factory=dict)
     maj_at_k: dict[str, Interval] = Field(default_factory=dict)
-    mean_reward: Interval = Field(default_factory=Interval)
+    mean_reward: BootstrapInterval = Field(default_factory=BootstrapInterval)
 
 
 class Histogram(_Doc):
@@ -129,15 +232,18 @@ class RewardValues(_Doc):
     values: list[tuple[float, int]] = Field(default_factory=list)  # (value rounded to 6 places, count)
 
 
-class PromptGroup(_Doc):
+class PromptCount(_Doc):
     count: int = 0
+
+
+class PromptGroup(PromptCount):
     ids: list[str] = Field(default_factory=list)
 
 
 class PromptOutcomes(_Doc):
     never_succeed: PromptGroup = Field(default_factory=PromptGroup)
     always_succeed: PromptGroup = Field(default_factory=PromptGroup)
-    mixed: PromptGroup = Field(default_factory=PromptGroup)
+    mixed: PromptCount = Field(default_factory=PromptCount)
 
 
 class TokenStats(_Doc):
@@ -183,9 +289,11 @@ class PromptRow(_Doc):
 class EnvMetric(_Doc):
     """A metric an environment declares (envs.base.MetricSpec), computed from its `info` key.
 
-    kind "rate": share of rollouts whose info[key] is true (errored rollouts count as false,
-    completed rollouts lacking the key are not counted), with a Wilson interval; kind "mean": mean of
-    a numeric info[key]; kind "counts": how often each value of a categorical info[key] occurs.
+    kind "rate": share of rollouts whose info[key] is true; errored rollouts count as false, completed
+    rollouts lacking a boolean value are not counted; `n` is that denominator, `ci` a Wilson interval.
+    kind "mean": mean of the numeric info[key] over the completed rollouts that carry one (`n`).
+    kind "counts": how often each value of info[key] occurs (`counts`, most frequent first; `n` their sum).
+    A metric no rollout carries is left out of the document.
     """
 
     key: str
@@ -194,9 +302,9 @@ class EnvMetric(_Doc):
     headline: bool = False
     description: str = ""
     value: float | None = None  # rate or mean; null for counts
-    n: int = 0  # rollouts that carry the key
+    n: int = 0
     ci: Interval | None = None
-    counts: dict[str, int] | None = None  # kind "counts": value -> rollouts, most frequent first
+    counts: dict[str, int] | None = None
 
 
 class BenchmarkMetrics(_Doc):
@@ -225,6 +333,35 @@ class BenchmarkMetrics(_Doc):
     per_prompt: list[PromptRow] = Field(default_factory=list)
     env_metrics: list[EnvMetric] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema_2(cls, data: Any) -> Any:
+        """Version-2 documents kept every boolean info key in `info_rates` (Wilson CIs in
+        `ci.info_rates`) and categorical ones in `info_outcomes`: read them as env metrics, so a
+        comparison with an old baseline still matches them by key."""
+        if not isinstance(data, dict) or "env_metrics" in data:
+            return data
+        rates, outcomes = data.get("info_rates") or {}, data.get("info_outcomes") or {}
+        if not rates and not outcomes:
+            return data
+        cis = (data.get("ci") or {}).get("info_rates") or {}
+        rollouts = data.get("n_rollouts", 0)
+        metrics = [
+            {
+                "key": k,
+                "label": k,
+                "kind": "rate",
+                "value": v,
+                "n": (cis.get(k) or {}).get("n", rollouts),
+                "ci": cis.get(k),
+            }
+            for k, v in rates.items()
+        ]
+        metrics += [
+            {"key": k, "label": k, "kind": "counts", "n": sum(c.values()), "counts": c} for k, c in outcomes.items()
+        ]
+        return {**data, "env_metrics": metrics}
+
     def env_metric(self, key: str) -> EnvMetric | None:
         return next((m for m in self.env_metrics if m.key == key), None)
 
@@ -236,3 +373,12 @@ class RunMetrics(_Doc):
     total_rollouts: int = 0
     duplicate_rollouts: int = 0
     benchmarks: dict[str, BenchmarkMetrics] = Field(default_factory=dict)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version > METRICS_SCHEMA_VERSION:
+            raise ValueError(
+                f"metrics schema_version {version} is newer than this evalflow reads ({METRICS_SCHEMA_VERSION})"
+            )
+        return version

@@ -1,8 +1,9 @@
 """The environment protocol: what the rollout tasks need from a benchmark, and nothing Prefect-specific.
 
-`Env` holds what every environment shares (identity, dataset rows, cache fingerprint); `SingleTurnEnv`
-adds the one-request-one-completion interface, `MultiTurnEnv` the conversation one (an `Episode` per
-rollout answers each assistant message). Both build on `Env`, so dataset loading and cache keys work for both.
+`Env` holds what every environment shares (identity, dataset rows, cache fingerprint, the metrics it
+declares over its `info`); `SingleTurnEnv` adds the one-request-one-completion interface, `MultiTurnEnv`
+the conversation one (an `Episode` per rollout answers each assistant message). Both build on `Env`, so
+dataset loading and cache keys work for both.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +32,22 @@ class Score:
     info: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric the analysis computes from `Score.info[key]` (see core.schema.EnvMetric for the rules).
+
+    kind "rate": `info[key]` is a boolean; "mean": a number; "counts": a categorical value. `headline`
+    rates are the env's own scores (higher is better): reports show them beside accuracy and a baseline
+    comparison flags their changes.
+    """
+
+    key: str
+    label: str
+    kind: Literal["rate", "mean", "counts"]
+    headline: bool = False
+    description: str = ""
+
+
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys and no whitespace, so equal content always hashes the same."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -44,6 +61,8 @@ class Env(ABC):
     version: ClassVar[str]
     # Path of the shipped offline set, relative to the repo root.
     default_dataset: ClassVar[str]
+    # What the analysis reports from `Score.info`, beyond the metrics every benchmark gets.
+    metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         """Keep the options (as given in the run config) so they can enter the fingerprint."""

@@ -12,7 +12,7 @@ import re
 from abc import abstractmethod
 from typing import Any, ClassVar
 
-from envs.base import DatasetError, Score, SingleTurnEnv
+from envs.base import DatasetError, MetricSpec, Score, SingleTurnEnv
 from envs.sandbox import run_python
 
 MBPP_PROMPT = (
@@ -75,6 +75,17 @@ def _task_id(row: dict[str, Any], where: str) -> None:
 
 class CodeEnv(SingleTurnEnv):
     """Shared by the code benchmarks: options, sandboxed async scoring, and the `score` guard."""
+
+    metrics: ClassVar[tuple[MetricSpec, ...]] = (
+        MetricSpec(
+            "outcome",
+            "sandbox outcome",
+            "counts",
+            description="pass, fail (an assert or error), timeout, crash (a signal), memory, error (the sandbox)",
+        ),
+        MetricSpec("extracted", "fenced code", "rate", description="the code came from a markdown code block"),
+        MetricSpec("duration_s", "sandbox seconds", "mean", description="wall-clock seconds of the sandboxed run"),
+    )
 
     def __init__(
         self,

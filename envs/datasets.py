@@ -1,8 +1,8 @@
-"""Load benchmark rows from JSONL or parquet on any fsspec URL, or from the Hugging Face `datasets`
-library, validated up front.
+"""Load benchmark rows, validated up front: JSONL or parquet on any fsspec URL, or a `datasets` split.
 
 Every row is checked before anything is sent to a server, so a typo on line 4,000 costs seconds,
-not the hours of rollouts before it.
+not the hours of rollouts before it. Files are opened by an `opener` the caller passes (the flow's
+opens through the run store, so its options and credentials apply); the default is plain `fsspec.open`.
 
 Dataset specs:
 - a path or fsspec URL of a JSONL (optionally compressed) or parquet file: `data/gsm8k/test.jsonl`,
@@ -22,9 +22,10 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs
 
 import fsspec
@@ -37,6 +38,14 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 HF_DATASET_SCHEME = "hf-dataset:"
 HF_DATASET_PARAMS = ("config", "split", "revision", "data_files")
 HF_DEFAULT_SPLIT = "test"
+
+# url -> a context manager yielding the file's bytes, decompressed (by suffix) when it is compressed.
+Opener = Callable[[str], AbstractContextManager[BinaryIO]]
+
+
+def fsspec_opener(url: str) -> AbstractContextManager[BinaryIO]:
+    """Open a local path or fsspec URL with fsspec's defaults (its own credential lookup)."""
+    return fsspec.open(url, "rb", compression="infer")
 
 
 def _is_parquet(url: str) -> bool:
@@ -73,20 +82,21 @@ def _parquet_rows(url: str, f: Any) -> Iterator[tuple[int, dict[str, Any]]]:
 def load_rows(
     url: str,
     env: Env,
-    storage_options: dict[str, Any] | None = None,
+    opener: Opener | None = None,
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """All rows of a dataset (then the first `limit`), each validated by the env; ids must be unique.
 
-    JSONL (optionally compressed, by suffix) or parquet, from a local path or any fsspec URL.
+    JSONL (optionally compressed, by suffix) or parquet, from a local path or any fsspec URL, opened
+    with `opener` (default: `fsspec_opener`).
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if is_hf_dataset(url):
-        # `storage_options` are the run store's; the datasets library has its own cache and credentials.
+        # The datasets library has its own cache and credentials: the opener is not used.
         rows = _validated(_hf_dataset_rows(url, env), env, lambda n: f"{url} row {n}", "row")
     else:
-        rows = _file_rows(url, env, storage_options)
+        rows = _file_rows(url, env, opener or fsspec_opener)
     if not rows:
         raise DatasetError(f"{url}: the dataset has no rows")
     return rows if limit is None else rows[:limit]
@@ -109,9 +119,9 @@ def _validated(
     return rows
 
 
-def _file_rows(url: str, env: Env, storage_options: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _file_rows(url: str, env: Env, opener: Opener) -> list[dict[str, Any]]:
     try:
-        with fsspec.open(url, "rb", compression="infer", **(storage_options or {})) as f:
+        with opener(url) as f:
             numbered = _parquet_rows(url, f) if _is_parquet(url) else _jsonl_rows(url, f)
             return _validated(numbered, env, lambda n: f"{url}:{n}", "line")
     except FileNotFoundError as e:

@@ -1,5 +1,7 @@
-"""GSM8K-style grade-school math: chat prompt with optional few-shot turns, or lm-eval's plain-completion
-prompt (`mode: completion`); lm-eval-compatible scoring in both."""
+"""GSM8K-style grade-school math with lm-eval-compatible scoring (strict-match, flexible-extract).
+
+Chat prompts with optional few-shot turns, or lm-eval's plain-completion prompt (`mode: completion`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from envs.base import REPO_ROOT, DatasetError, Score, SingleTurnEnv
+from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
 from envs.extract import (
     answers_equal,
     flexible_extract,
@@ -69,6 +71,24 @@ class GSM8KEnv(SingleTurnEnv):
     name: ClassVar[str] = "gsm8k"
     version: ClassVar[str] = "1"
     default_dataset: ClassVar[str] = "data/gsm8k/test.jsonl"
+    metrics: ClassVar[tuple[MetricSpec, ...]] = (
+        MetricSpec(
+            "strict_correct",
+            "strict",
+            "rate",
+            headline=True,
+            description="lm-evaluation-harness strict-match: the number after the last '#### ' equals the reference",
+        ),
+        MetricSpec(
+            "flexible_correct",
+            "flexible",
+            "rate",
+            headline=True,
+            description="lm-evaluation-harness flexible-extract: the completion's last number equals the reference",
+        ),
+        MetricSpec("boxed_correct", "boxed", "rate", description="the last \\boxed{} answer equals the reference"),
+        MetricSpec("parse_error", "no answer", "rate", description="no \\boxed{}, '#### ' or other number found"),
+    )
 
     def __init__(
         self, fewshot: int = 0, system_prompt: str | None = None, mode: Literal["chat", "completion"] = "chat"

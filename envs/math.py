@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, ClassVar
 
-from envs.base import DatasetError, Score, SingleTurnEnv
+from envs.base import DatasetError, MetricSpec, Score, SingleTurnEnv
 from envs.extract import answers_equal, last_boxed
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
@@ -33,6 +33,9 @@ class MathEnv(SingleTurnEnv):
     name: ClassVar[str] = "math"
     version: ClassVar[str] = "1"
     default_dataset: ClassVar[str] = "data/math/test.jsonl"
+    metrics: ClassVar[tuple[MetricSpec, ...]] = (
+        MetricSpec("parse_error", "no answer", "rate", description="the completion has no \\boxed{} answer"),
+    )
 
     def __init__(self, system_prompt: str | None = None) -> None:
         super().__init__(system_prompt=system_prompt)

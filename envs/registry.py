@@ -1,11 +1,12 @@
-"""Benchmark name -> environment class, so configs can name environments by string."""
+"""Benchmark name -> environment class, so configs name environments by string; their declared metrics."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Any
 
-from envs.base import Env
+from envs.base import Env, MetricSpec
 from envs.code import HumanEvalEnv, MBPPEnv
 from envs.gsm8k import GSM8KEnv
 from envs.math import MathEnv
@@ -25,3 +26,9 @@ def get_env(name: str, **options: Any) -> Env:
     except TypeError as e:
         raise ValueError(f"environment {name!r}: bad options {sorted(options)}: {e}") from None
     return cls(**options)
+
+
+def metric_specs(names: Iterable[str]) -> dict[str, tuple[MetricSpec, ...]]:
+    """The metrics each named environment declares; a name with no environment here (a benchmark of an
+    older run, say) declares none."""
+    return {name: ENVS[name].metrics if name in ENVS else () for name in names}

@@ -12,16 +12,14 @@ Why each layer (Linux, as root; checked once per process, and it fails loudly wh
   gets rlimits, no_new_privs, a scrubbed environment and `python -I -S`.
 - PID 1 enforces the wall-clock timeout, kills whatever is left in the namespace, reaps it and reports
   the program's fate on a pipe; the parent keeps a backstop timer that kills the whole process group.
-Parallel runs are bounded by a per-event-loop semaphore (default: os.cpu_count()).
+  PID 1's code is envs/sandbox_root.py; this module is the parent side.
+Parallel runs are bounded by a per-event-loop semaphore ($EVALFLOW_SANDBOX_PARALLEL, default os.cpu_count()).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import functools
-import inspect
 import json
 import logging
 import math
@@ -37,11 +35,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from envs.sandbox_root import PROGRAM_NAME, init_source
+
 log = logging.getLogger(__name__)
 
 Outcome = Literal["pass", "fail", "timeout", "crash", "memory", "error"]
 
-PROGRAM_NAME = "main.py"
 # Throwaway uids/gids for sandboxed programs: no passwd entry needed, far from real and subuid ranges.
 UID_MIN = 2_000_000_000
 UID_SPAN = 100_000_000
@@ -76,19 +75,10 @@ class SandboxResult:
 # Parent side
 # ---------------------------------------------------------------------------------------------------
 
-_max_parallel: int = int(os.environ.get("EVALFLOW_SANDBOX_PARALLEL", "0")) or (os.cpu_count() or 1)
+MAX_PARALLEL: int = int(os.environ.get("EVALFLOW_SANDBOX_PARALLEL", "0")) or (os.cpu_count() or 1)
 _semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 _problem: dict[str, str | None] = {}  # interpreter -> why the sandbox does not work there (None: it works)
 _probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
-
-
-def set_max_parallel(n: int) -> None:
-    """Bound on sandboxes running at once (per event loop); takes effect for loops that start afterwards."""
-    global _max_parallel
-    if n < 1:
-        raise ValueError(f"max parallel sandboxes must be >= 1, got {n}")
-    _max_parallel = n
-    _semaphores.clear()
 
 
 def _semaphore() -> asyncio.Semaphore:
@@ -96,7 +86,7 @@ def _semaphore() -> asyncio.Semaphore:
     loop = asyncio.get_running_loop()
     sem = _semaphores.get(loop)
     if sem is None:
-        sem = _semaphores[loop] = asyncio.Semaphore(_max_parallel)
+        sem = _semaphores[loop] = asyncio.Semaphore(MAX_PARALLEL)
     return sem
 
 
@@ -302,7 +292,7 @@ def _sandbox_argv(cfg: dict[str, Any]) -> list[str]:
     unshare = shutil.which("unshare", path=SAFE_PATH) or "unshare"
     return [
         *(unshare, "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child"),
-        *("--propagation", "private", "--", cfg["python"], "-I", "-S", "-c", _init_source(), json.dumps(cfg)),
+        *("--propagation", "private", "--", cfg["python"], "-I", "-S", "-c", init_source(), json.dumps(cfg)),
     ]
 
 
@@ -436,157 +426,3 @@ async def _run_unsandboxed(code: str, *, python: str, timeout_s: float, limits: 
     status = ["timeout"] if timed_out else [f"exit {rc}" if rc >= 0 else f"signal {-rc}"]
     result = _classify(status, rc, stdout, stderr, time.monotonic() - start)
     return SandboxResult(result.outcome, result.returncode, stdout, stderr, result.duration_s, sandboxed=False)
-
-
-# ---------------------------------------------------------------------------------------------------
-# PID 1 inside the namespaces: root, `python -I -S`, standard library only; see _init_source
-# ---------------------------------------------------------------------------------------------------
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND = 32, 4096
-PR_SET_NO_NEW_PRIVS = 38
-_ROOT_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-_DEV_NODES = ("null", "zero", "full", "random", "urandom")
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = [None if s is None else s.encode() for s in (source, target, fstype, data)]
-    if _libc().mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source} -> {target}: {os.strerror(err)}")
-
-
-def _bind_ro(source: str, target: str) -> None:
-    _mount(source, target, None, MS_BIND)
-    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def _build_root(root: str, cfg: dict[str, Any], program: bytes) -> str:
-    """Turn `root` (the host scratch dir) into the sandbox's whole filesystem; returns the work dir."""
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['disk_mb']}m,mode=755")
-    for name in _ROOT_DIRS:
-        host = "/" + name
-        if os.path.islink(host):
-            os.symlink(os.readlink(host), root + host)
-        elif os.path.isdir(host):
-            os.mkdir(root + host)
-            _bind_ro(host, root + host)
-    prefix = cfg["prefix"]
-    if prefix.strip("/") and not any(prefix == "/" + d or prefix.startswith(f"/{d}/") for d in _ROOT_DIRS):
-        os.makedirs(root + prefix, mode=0o755)
-        _bind_ro(prefix, root + prefix)
-    os.mkdir(root + "/dev", 0o755)
-    for node in _DEV_NODES:
-        open(f"{root}/dev/{node}", "w").close()
-        _mount(f"/dev/{node}", f"{root}/dev/{node}", None, MS_BIND)
-    for i, name in enumerate(("stdin", "stdout", "stderr")):
-        os.symlink(f"/proc/self/fd/{i}", f"{root}/dev/{name}")
-    os.symlink("/proc/self/fd", f"{root}/dev/fd")
-    os.mkdir(root + "/proc", 0o555)
-    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    workdir = cfg["scratch"]
-    os.makedirs(root + workdir, mode=0o755)
-    uid = cfg["uid"]
-    for path, mode in ((workdir, 0o700), (workdir + "/tmp", 0o700)):
-        os.makedirs(root + path, mode=mode, exist_ok=True)
-        os.chown(root + path, uid, uid)
-    with open(f"{root}{workdir}/{PROGRAM_NAME}", "wb") as f:
-        f.write(program)
-    os.chown(f"{root}{workdir}/{PROGRAM_NAME}", uid, uid)
-    return workdir
-
-
-def _exec_program(cfg: dict[str, Any], status_fd: int) -> None:
-    """In the forked child: limits, drop to the throwaway uid, exec the interpreter. Never returns."""
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-        for name, value in cfg["limits"].items():
-            resource.setrlimit(getattr(resource, name), (value, value))
-        uid = cfg["uid"]
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)  # as root this also clears every capability
-        if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-        os.umask(0o077)
-        python = cfg["python"]
-        os.execve(python, [python, "-I", "-S", PROGRAM_NAME], cfg["env"])
-    except BaseException as e:
-        os.write(status_fd, f"error cannot start the program: {e!r}\n".encode())
-    finally:
-        os._exit(127)
-
-
-def _wait_for(pid: int, timeout_s: float) -> int | None:
-    """Wait status of `pid`, reaping orphans meanwhile; None at the timeout. SIGCHLD must be blocked."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        while True:  # reap everything that has exited
-            reaped, status = os.waitpid(-1, os.WNOHANG)
-            if reaped == pid:
-                return status
-            if reaped == 0:
-                break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        signal.sigtimedwait([signal.SIGCHLD], remaining)
-
-
-def _init_main(cfg: dict[str, Any]) -> None:
-    status_fd = cfg["status_fd"]
-    os.set_inheritable(status_fd, False)  # closed in the program at exec
-
-    def report(line: str) -> None:
-        os.write(status_fd, (line + "\n").encode())
-
-    try:
-        report(f"ns {os.stat('/proc/self/ns/pid').st_ino}")
-        with open(os.path.join(cfg["scratch"], PROGRAM_NAME), "rb") as f:
-            program = f.read()
-        workdir = _build_root(cfg["scratch"], cfg, program)
-        os.chroot(cfg["scratch"])
-        os.chdir(workdir)
-    except Exception as e:
-        report(f"error setup failed: {e!r}")
-        return
-    # Blocked before the fork so that no exit goes unnoticed; the program unblocks it before exec.
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
-    pid = os.fork()
-    if pid == 0:
-        _exec_program(cfg, status_fd)
-    status = _wait_for(pid, cfg["timeout_s"])
-    # Whatever the program left behind (background children, setsid daemons) dies with it.
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(-1, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        while True:
-            os.waitpid(-1, 0)
-    if status is None:
-        report("timeout")
-    elif os.WIFSIGNALED(status):
-        report(f"signal {os.WTERMSIG(status)}")
-    else:
-        report(f"exit {os.waitstatus_to_exitcode(status)}")
-
-
-_INIT_CONSTANTS = ("PROGRAM_NAME", "MS_RDONLY", "MS_NOSUID", "MS_NODEV", "MS_NOEXEC", "MS_REMOUNT", "MS_BIND")
-_INIT_CONSTANTS += ("PR_SET_NO_NEW_PRIVS", "_ROOT_DIRS", "_DEV_NODES")
-_INIT_CODE = (_libc, _mount, _bind_ro, _build_root, _exec_program, _wait_for, _init_main)
-
-
-@functools.cache
-def _init_source() -> str:
-    """PID 1's program: the functions above, shipped as source so it imports only what it needs (~20 ms)."""
-    lines = [
-        "from __future__ import annotations",
-        "import contextlib, ctypes, json, os, resource, signal, sys, time",
-        *(f"{name} = {globals()[name]!r}" for name in _INIT_CONSTANTS),
-        *(inspect.getsource(obj) for obj in _INIT_CODE),
-        "_init_main(json.loads(sys.argv[1]))",
-    ]
-    return "\n".join(lines)

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any, ClassVar
 
-from envs.base import DatasetError, Episode, MultiTurnEnv, Score, Turn
+from envs.base import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Turn
 from envs.tetris_game import ACTIONS, PIECE_SETS, Game
 
 MODES = ("tools", "text")
@@ -323,6 +323,24 @@ class TetrisEnv(MultiTurnEnv):
     name: ClassVar[str] = "tetris"
     version: ClassVar[str] = "1"
     default_dataset: ClassVar[str] = "data/tetris/test.jsonl"
+    metrics: ClassVar[tuple[MetricSpec, ...]] = (
+        MetricSpec(
+            "end_reason",
+            "end reason",
+            "counts",
+            description="success, lockout, tool_limit (calls used up), no_tool_call (the model stopped), unfinished",
+        ),
+        MetricSpec("lockout", "lockout", "rate", description="the game was lost: a locked piece reached the top row"),
+        MetricSpec("game_over", "game over", "rate", description="the game ended (won or lost) within the rollout"),
+        MetricSpec("actions_applied", "actions applied", "mean", description="valid actions played"),
+        MetricSpec("effective_actions", "effective actions", "mean", description="actions that moved the piece"),
+        MetricSpec("invalid_actions", "invalid actions", "mean", description="actions that were not Left/Right/Down"),
+        MetricSpec("skipped_actions", "skipped actions", "mean", description="actions sent after the game ended"),
+        MetricSpec("refused_tool_calls", "refused tool calls", "mean", description="calls over the limit or too late"),
+        MetricSpec("malformed_tool_calls", "malformed tool calls", "mean", description="unknown tool or bad arguments"),
+        MetricSpec("pieces_locked", "pieces locked", "mean", description="pieces that came to rest"),
+        MetricSpec("cleared_rows", "cleared rows", "mean", description="full rows cleared"),
+    )
 
     def __init__(self, mode: str = "tools", max_tool_calls: int = 10, system_prompt: str | None = None) -> None:
         super().__init__(mode=mode, max_tool_calls=max_tool_calls, system_prompt=system_prompt)

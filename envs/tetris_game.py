@@ -1,4 +1,4 @@
-"""GRL-style Tetris on a tiny board (the rules of shared/tetris.md): pure Python, deterministic per seed.
+"""GRL-style Tetris on a tiny board, deterministic per seed: the GRL environment's rules in pure Python.
 
 Coordinates: `x` is the column (0 = left), `y` the row (0 = top, growing downwards). A piece is a set of
 cell offsets from its anchor cell; cells above the board (y < 0) are allowed while a piece falls, are not
@@ -138,10 +138,6 @@ class Game:
     def total_reward(self) -> float:
         """Sum of the step rewards so far (exact to one decimal)."""
         return self._tenths / 10
-
-    @property
-    def pieces_spawned(self) -> int:
-        return self._next_piece
 
     def _cells(self, anchor: tuple[int, int]) -> list[tuple[int, int]]:
         assert self.shape is not None

@@ -1,0 +1,1 @@
+"""The analysis stage: a run's metrics from its rollout files (DuckDB SQL), and the comparison with a baseline."""

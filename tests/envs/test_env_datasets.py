@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -125,15 +126,23 @@ def test_corrupt_parquet(tmp_path: Path, env: GSM8KEnv) -> None:
         load_rows(str(path), env)
 
 
-def test_memory_filesystem_with_storage_options(env: GSM8KEnv) -> None:
+def test_memory_filesystem_through_an_opener(env: GSM8KEnv) -> None:
     import fsspec
 
     fs = fsspec.filesystem("memory")
-    fs.pipe("/evalflow-test/d.jsonl", "".join(json.dumps(r) + "\n" for r in ROWS).encode())
+    fs.pipe("/evalflow-test/d.jsonl.gz", gzip.compress("".join(json.dumps(r) + "\n" for r in ROWS).encode()))
+    opened: list[str] = []
+
+    def opener(url: str) -> Any:
+        opened.append(url)
+        return fsspec.open(url, "rb", compression="infer")
+
     try:
-        assert load_rows("memory://evalflow-test/d.jsonl", env, storage_options={}) == ROWS
+        assert load_rows("memory://evalflow-test/d.jsonl.gz", env) == ROWS
+        assert load_rows("memory://evalflow-test/d.jsonl.gz", env, opener=opener) == ROWS
     finally:
         fs.rm("/evalflow-test", recursive=True)
+    assert opened == ["memory://evalflow-test/d.jsonl.gz"]
 
 
 def test_rows_hash_is_stable_and_sensitive() -> None:

@@ -216,7 +216,7 @@ def test_mode_enters_fingerprint_and_templates() -> None:
 
 def test_mode_changes_the_batch_key() -> None:
     from core.config import SamplingConfig
-    from tasks.collection.rollouts import batch_key
+    from tasks.collection.plan import batch_key
 
     keys = {batch_key(GSM8KEnv(mode=m), [ROW], [0, 1], "model", SamplingConfig()) for m in ("chat", "completion")}
     assert len(keys) == 2

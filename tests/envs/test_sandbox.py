@@ -272,7 +272,7 @@ def test_backstop_kills_a_stuck_init(monkeypatch: pytest.MonkeyPatch) -> None:
         "os.write(cfg['status_fd'], b'ns %d\\n' % os.stat('/proc/self/ns/pid').st_ino)\n"
         "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\ntime.sleep(300)\n"
     )
-    monkeypatch.setattr(sandbox, "_init_source", lambda: stuck)
+    monkeypatch.setattr(sandbox, "init_source", lambda: stuck)
     monkeypatch.setattr(sandbox, "BACKSTOP_GRACE_S", 0.5)
     start = time.monotonic()
     result = run(

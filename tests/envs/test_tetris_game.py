@@ -1,4 +1,4 @@
-"""Tetris game rules (shared/tetris.md): moves, locking, clearing, lockout, spawning, balanced draws, replay."""
+"""Tetris game rules (envs/tetris_game.py): moves, locking, clearing, lockout, spawning, balanced draws, replay."""
 
 from __future__ import annotations
 

@@ -1,16 +1,19 @@
-"""Fixtures for tests of tasks/: synthetic rollout batches and one Prefect test harness per session."""
+"""Fixtures for tests of tasks/: synthetic rollout batches, a local store, and their metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
-from core.schema import to_table
+from core.schema import to_parquet_bytes
+from core.store import Store
+from envs.base import MetricSpec
+from tasks.analysis.metrics import compute_metrics
 
 
 def rollout(**overrides: Any) -> dict[str, Any]:
@@ -60,7 +63,25 @@ def write_batch(tmp_path: Path) -> Callable[..., str]:
     def write(rows: list[dict[str, Any]], name: str | None = None) -> str:
         path = tmp_path / "batches" / (name or f"batch-{next(counter)}.parquet")
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(to_table(rows), path)
+        path.write_bytes(to_parquet_bytes(rows))
         return str(path)
 
     return write
+
+
+@pytest.fixture
+def local_store(tmp_path: Path) -> Store:
+    """A run store in tmp_path (analysis reads local batch files through any store)."""
+    return Store(str(tmp_path / "store"))
+
+
+@pytest.fixture
+def metrics_of(write_batch: Callable[..., str], local_store: Store) -> Callable[..., dict[str, Any]]:
+    """The metrics of rows written as one batch file, as metrics.json holds them (always JSON, no NaN)."""
+
+    def run(rows: list[dict[str, Any]], specs: Mapping[str, Sequence[MetricSpec]] | None = None) -> dict[str, Any]:
+        metrics = compute_metrics([write_batch(rows)], local_store, specs).model_dump(mode="json")
+        json.dumps(metrics, allow_nan=False)
+        return metrics
+
+    return run

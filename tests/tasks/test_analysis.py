@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import io
-import json
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-import fsspec
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
-from core import store
-from core.schema import to_table
-from tasks.analysis import metrics as analysis
-from tasks.analysis.metrics import (
-    bootstrap_mean_ci,
-    compute_metrics,
-    ks_for,
-    load_rollouts_frame,
-    pass_at_k,
-    wilson_interval,
-)
+from core.schema import METRICS_SCHEMA_VERSION, RunMetrics
+from tasks.analysis import queries
+from tasks.analysis.metrics import compute_metrics
+from tasks.analysis.stats import wilson_interval
 
 Rows = list[dict[str, Any]]
 
@@ -43,42 +32,17 @@ def prompt_rows(make_rollout: Callable[..., dict], prompt_id: str, outcomes: lis
     ]
 
 
-def metrics_of(write_batch: Callable[..., str], rows: Rows) -> dict[str, Any]:
-    metrics = compute_metrics([write_batch(rows)])
-    json.dumps(metrics, allow_nan=False)  # always JSON-serialisable, no NaN
-    return metrics
-
-
 # ---------------------------------------------------------------------------------------------
-# pass@k
+# pass@k and maj@k
 
 
-def test_pass_at_k_estimator() -> None:
-    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
-    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
-    assert pass_at_k(4, 1, 4) == pytest.approx(1.0)
-    assert [pass_at_k(4, 0, k) for k in (1, 2, 4)] == [0.0, 0.0, 0.0]
-    assert [pass_at_k(4, 4, k) for k in (1, 2, 4)] == [1.0, 1.0, 1.0]
-    assert pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2))
-    with pytest.raises(ValueError):
-        pass_at_k(2, 1, 4)
-
-
-def test_ks_are_powers_of_two_plus_n() -> None:
-    assert ks_for(0) == []
-    assert ks_for(1) == [1]
-    assert ks_for(4) == [1, 2, 4]
-    assert ks_for(6) == [1, 2, 4, 6]
-    assert ks_for(16) == [1, 2, 4, 8, 16]
-
-
-def test_pass_at_k_over_prompts(make_rollout, write_batch) -> None:
+def test_pass_at_k_over_prompts(make_rollout, metrics_of) -> None:
     rows = (
         prompt_rows(make_rollout, "one", [False, True, False, False])
         + prompt_rows(make_rollout, "none", [False] * 4)
         + prompt_rows(make_rollout, "all", [True] * 4)
     )
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["pass_at_k"] == pytest.approx({"1": 1.25 / 3, "2": 1.5 / 3, "4": 2.0 / 3})
     assert bm["accuracy"] == pytest.approx(5 / 12)
     assert bm["successes"] == 5
@@ -97,22 +61,18 @@ def test_pass_at_k_over_prompts(make_rollout, write_batch) -> None:
     }
 
 
-def test_prompts_with_fewer_repeats_than_k_are_excluded(make_rollout, write_batch) -> None:
+def test_prompts_with_fewer_repeats_than_k_are_excluded(make_rollout, metrics_of) -> None:
     rows = prompt_rows(make_rollout, "four", [True, False, False, False]) + prompt_rows(
         make_rollout, "two", [True, True]
     )
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["repeats"] == {"min": 2, "max": 4}
     assert bm["pass_at_k"] == pytest.approx({"1": (0.25 + 1) / 2, "2": (0.5 + 1) / 2, "4": 1.0})
     # maj@2: "four" ties 2/3 and keeps "2", the first seen; maj@4 sees only "four" ("3" x3: wrong).
     assert bm["maj_at_k"] == pytest.approx({"1": 1.0, "2": 1.0, "4": 0.0})
 
 
-# ---------------------------------------------------------------------------------------------
-# maj@k
-
-
-def test_maj_at_k_votes_ties_and_null_answers(make_rollout, write_batch) -> None:
+def test_maj_at_k_votes_ties_and_null_answers(make_rollout, metrics_of) -> None:
     def answers(prompt_id: str, reference: str, parsed: list[str | None]) -> Rows:
         return [
             make_rollout(
@@ -131,15 +91,15 @@ def test_maj_at_k_votes_ties_and_null_answers(make_rollout, write_batch) -> None
         + answers("p2", "A", ["A", "B", "B", "A"])  # ties go to A: right
         + answers("p3", "7", [None, "3", "7", "7"])  # null doesn't vote: k=1 no answer, k=2 "3", k=4 "7"
     )
-    bm = metrics_of(write_batch, list(reversed(rows)))["benchmarks"]["gsm8k"]  # file order must not matter
+    bm = metrics_of(list(reversed(rows)))["benchmarks"]["gsm8k"]  # file order must not matter
     assert bm["maj_at_k"] == pytest.approx({"1": 1 / 3, "2": 1 / 3, "4": 2 / 3})
     assert {p["prompt_id"]: p["top_answer"] for p in bm["per_prompt"]} == {"p1": "B", "p2": "A", "p3": "7"}
 
 
-def test_maj_at_k_accepts_answers_the_env_judged_equivalent(make_rollout, write_batch) -> None:
+def test_maj_at_k_accepts_answers_the_env_judged_equivalent(make_rollout, metrics_of) -> None:
     rows = [make_rollout(prompt_id="q", repeat=i, parsed_answer="0.5", reference="1/2", success=True) for i in range(2)]
     rows.append(make_rollout(prompt_id="q", repeat=2, parsed_answer=" 1/2 ", reference="1/2", success=False))
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["maj_at_k"] == pytest.approx({"1": 1.0, "2": 1.0, "3": 1.0})
 
 
@@ -147,11 +107,11 @@ def test_maj_at_k_accepts_answers_the_env_judged_equivalent(make_rollout, write_
 # Rewards, rates, counts
 
 
-def test_reward_stats_treat_errors_as_zero(make_rollout, write_batch) -> None:
+def test_reward_stats_treat_errors_as_zero(make_rollout, metrics_of) -> None:
     rewards = [1.0, 0.0, 0.5, 2.0]
     rows = [make_rollout(prompt_id="p", repeat=i, reward=r) for i, r in enumerate(rewards)]
     rows.append(make_rollout(prompt_id="p", repeat=4, reward=5.0, success=True, error="boom"))
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     effective = [*rewards, 0.0]
     mean = sum(effective) / 5
     std = math.sqrt(sum((x - mean) ** 2 for x in effective) / 5)
@@ -162,15 +122,15 @@ def test_reward_stats_treat_errors_as_zero(make_rollout, write_batch) -> None:
     assert bm["accuracy"] == pytest.approx(0.8)  # the errored rollout's success=True does not count
 
 
-def test_reward_mode_rounds_float_sums(make_rollout, write_batch) -> None:
+def test_reward_mode_rounds_float_sums(make_rollout, metrics_of) -> None:
     nine_steps = sum([-0.1] * 9)  # -0.8999999999999999
     rows = [make_rollout(prompt_id=f"g{i}", reward=r) for i, r in enumerate([nine_steps, -0.9, -0.3, 19.2])]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["reward"]["mode"] == pytest.approx(-0.9)
     assert bm["reward"]["mode_share"] == pytest.approx(0.5)
 
 
-def test_parse_errors_errors_and_finish_reasons(make_rollout, write_batch) -> None:
+def test_parse_errors_errors_and_finish_reasons(make_rollout, metrics_of) -> None:
     rows = [
         make_rollout(prompt_id="a", finish_reason="stop"),
         make_rollout(prompt_id="b", finish_reason="stop"),
@@ -187,7 +147,7 @@ def test_parse_errors_errors_and_finish_reasons(make_rollout, write_batch) -> No
         make_rollout(prompt_id="e", finish_reason="stop", parsed_answer=None, error="ReadTimeout: again"),
         make_rollout(prompt_id="f", finish_reason="stop", error="server returned 500"),
     ]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["parse_error_rate"] == pytest.approx(1 / 6)  # only "c": errors are not parse errors
     assert bm["error_count"] == 3
     assert bm["error_rate"] == pytest.approx(0.5)
@@ -196,18 +156,7 @@ def test_parse_errors_errors_and_finish_reasons(make_rollout, write_batch) -> No
     assert bm["accuracy"] == pytest.approx(2 / 6)
 
 
-def test_info_rates_average_boolean_keys(make_rollout, write_batch) -> None:
-    rows = [
-        make_rollout(prompt_id="a", info={"strict_correct": True, "flexible_correct": True, "extracted": "2"}),
-        make_rollout(prompt_id="b", info={"strict_correct": False, "flexible_correct": True, "n": 3}),
-        make_rollout(prompt_id="c", info={"strict_correct": False, "flexible_correct": False, "a/b~": True}),
-        make_rollout(prompt_id="d", info={"strict_correct": True}, error="boom"),  # errors count as false
-    ]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
-    assert bm["info_rates"] == pytest.approx({"a/b~": 0.5, "flexible_correct": 0.5, "strict_correct": 0.25})
-
-
-def test_tokens_latency_and_tool_calls(make_rollout, write_batch) -> None:
+def test_tokens_latency_and_tool_calls(make_rollout, metrics_of) -> None:
     rows = [
         make_rollout(
             prompt_id=f"p{i}",
@@ -220,7 +169,7 @@ def test_tokens_latency_and_tool_calls(make_rollout, write_batch) -> None:
         for i in range(10)
     ]
     rows.append(make_rollout(prompt_id="err", prompt_tokens=None, completion_tokens=None, latency_s=None, error="x"))
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["tokens"] == pytest.approx(
         {"prompt_mean": 55.0, "prompt_total": 550, "completion_mean": 550.0, "completion_total": 5500}
     )
@@ -238,13 +187,18 @@ def test_tokens_latency_and_tool_calls(make_rollout, write_batch) -> None:
 # Shapes of runs
 
 
-def test_empty_file_list_and_zero_rows(write_batch) -> None:
-    expected = {"schema_version": 2, "total_rollouts": 0, "duplicate_rollouts": 0, "benchmarks": {}}
-    assert compute_metrics([]) == expected
-    assert compute_metrics([write_batch([])]) == expected
+def test_empty_file_list_and_zero_rows(write_batch, local_store) -> None:
+    expected = {
+        "schema_version": METRICS_SCHEMA_VERSION,
+        "total_rollouts": 0,
+        "duplicate_rollouts": 0,
+        "benchmarks": {},
+    }
+    assert compute_metrics([], local_store).model_dump(mode="json") == expected
+    assert compute_metrics([write_batch([])], local_store).model_dump(mode="json") == expected
 
 
-def test_all_error_benchmark(make_rollout, write_batch) -> None:
+def test_all_error_benchmark(make_rollout, metrics_of) -> None:
     rows = [
         make_rollout(
             prompt_id=f"p{i // 2}",
@@ -259,7 +213,7 @@ def test_all_error_benchmark(make_rollout, write_batch) -> None:
         )
         for i in range(4)
     ]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["accuracy"] == 0.0 and bm["mean_reward"] == 0.0
     assert bm["pass_at_k"] == {"1": 0.0, "2": 0.0}
     assert bm["maj_at_k"] == {"1": 0.0, "2": 0.0}
@@ -270,121 +224,36 @@ def test_all_error_benchmark(make_rollout, write_batch) -> None:
     assert bm["tool_calls"]["reward_corr"] is None
 
 
-def test_two_benchmarks_across_files(make_rollout, write_batch) -> None:
+def test_two_benchmarks_across_files(make_rollout, write_batch, local_store) -> None:
     gsm = write_batch(prompt_rows(make_rollout, "g", [True, False]))
-    tetris_rows = [
-        make_rollout(benchmark="tetris", prompt_id=f"game-{i}", reward=-0.9, success=False, info={"cleared": False})
-        for i in range(3)
-    ]
-    tetris = write_batch(tetris_rows)
-    metrics = compute_metrics([gsm, tetris])
-    assert metrics["total_rollouts"] == 5
-    assert sorted(metrics["benchmarks"]) == ["gsm8k", "tetris"]
-    assert metrics["benchmarks"]["gsm8k"]["accuracy"] == 0.5
-    assert metrics["benchmarks"]["tetris"]["n_prompts"] == 3
-    assert metrics["benchmarks"]["tetris"]["info_rates"] == {"cleared": 0.0}
-    assert metrics["benchmarks"]["gsm8k"]["info_rates"] == {}
+    tetris = write_batch(
+        [make_rollout(benchmark="tetris", prompt_id=f"game-{i}", reward=-0.9, success=False) for i in range(3)]
+    )
+    metrics = compute_metrics([gsm, tetris], local_store)
+    assert isinstance(metrics, RunMetrics)
+    assert metrics.total_rollouts == 5
+    assert sorted(metrics.benchmarks) == ["gsm8k", "tetris"]
+    assert metrics.benchmarks["gsm8k"].accuracy == 0.5
+    assert metrics.benchmarks["tetris"].n_prompts == 3
 
 
-def test_duplicate_rollouts_count_once(make_rollout, write_batch) -> None:
-    from datetime import UTC, datetime
-
+def test_duplicate_rollouts_count_once(make_rollout, write_batch, local_store) -> None:
     old = prompt_rows(make_rollout, "p", [False, False])
     new = prompt_rows(make_rollout, "p", [True, True], created_at=datetime(2025, 2, 1, tzinfo=UTC))
-    metrics = compute_metrics([write_batch(old), write_batch(new)])
-    assert metrics["total_rollouts"] == 2 and metrics["duplicate_rollouts"] == 2
-    assert metrics["benchmarks"]["gsm8k"]["accuracy"] == 1.0  # the newest copy wins
-
-
-def test_fsspec_urls_are_read_through_registered_filesystem(make_rollout) -> None:
-    """Non-local URLs (s3:// in production) go through fsspec; memory:// stands in without a network."""
-    buf = io.BytesIO()
-    pq.write_table(to_table(prompt_rows(make_rollout, "m", [True, False, False, False])), buf)
-    url = "memory://evalflow-test-analysis/run/batch-0.parquet"
-    store.write_bytes(url, buf.getvalue())
-    try:
-        metrics = compute_metrics([url])
-        frame = load_rollouts_frame([url], columns=["prompt_id", "repeat", "success"])
-    finally:
-        fsspec.filesystem("memory").rm("/evalflow-test-analysis", recursive=True)
-    assert metrics["benchmarks"]["gsm8k"]["pass_at_k"]["2"] == pytest.approx(0.5)
-    assert frame["success"].to_list() == [True, False, False, False]
-
-
-# ---------------------------------------------------------------------------------------------
-# load_rollouts_frame
-
-
-def test_load_rollouts_frame(make_rollout, write_batch) -> None:
-    rows = [make_rollout(prompt_id="b", repeat=1), make_rollout(prompt_id="a"), make_rollout(prompt_id="b")]
-    frame = load_rollouts_frame([write_batch(rows)], columns=["prompt_id", "repeat", "completion"])
-    assert frame.columns == ["prompt_id", "repeat", "completion"]
-    assert list(zip(frame["prompt_id"], frame["repeat"], strict=True)) == [("a", 0), ("b", 0), ("b", 1)]
-    assert load_rollouts_frame([write_batch(rows)]).width == 26
-    assert load_rollouts_frame([], columns=["reward"]).columns == ["reward"]
-    with pytest.raises(ValueError, match="unknown"):
-        load_rollouts_frame([], columns=["reward; DROP TABLE x"])
-
-
-def test_load_rollouts_frame_caps_rows_per_benchmark_and_drops_stale_copies(make_rollout, write_batch) -> None:
-    from datetime import UTC, datetime
-
-    rows = [make_rollout(prompt_id=f"p{i}", repeat=r) for i in range(5) for r in range(3)]
-    rows += [make_rollout(benchmark="tetris", prompt_id=f"g{i}", repeat=0) for i in range(4)]
-    stale = [make_rollout(prompt_id="p0", repeat=0, completion="old", created_at=datetime(2024, 1, 1, tzinfo=UTC))]
-    files = [write_batch(rows), write_batch(stale)]
-    frame = load_rollouts_frame(
-        files, columns=["benchmark", "prompt_id", "repeat", "completion"], per_benchmark_limit=4
-    )
-    assert frame.filter(frame["benchmark"] == "gsm8k")[["prompt_id", "repeat"]].rows() == [
-        ("p0", 0), ("p0", 1), ("p0", 2), ("p1", 0),
-    ]  # fmt: skip
-    assert frame.filter(frame["benchmark"] == "tetris").height == 4
-    assert "old" not in frame["completion"].to_list()
-    assert load_rollouts_frame(files, columns=["prompt_id"]).height == 19  # 15 + 4, the stale copy dropped
+    metrics = compute_metrics([write_batch(old), write_batch(new)], local_store)
+    assert metrics.total_rollouts == 2 and metrics.duplicate_rollouts == 2
+    assert metrics.benchmarks["gsm8k"].accuracy == 1.0  # the newest copy wins
 
 
 # ---------------------------------------------------------------------------------------------
 # Confidence intervals
 
 
-def test_wilson_interval_known_values() -> None:
-    low, high = wilson_interval(0.8, 10)
-    assert (round(low, 3), round(high, 3)) == (0.490, 0.943)
-    assert wilson_interval(0.0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4))
-    assert wilson_interval(1.0, 10) == (pytest.approx(0.7225, abs=1e-4), 1.0)
-    low, high = wilson_interval(0.5, 100)
-    assert (round(low, 4), round(high, 4)) == (0.4038, 0.5962)
-    assert wilson_interval(0.5, 0) == (None, None) and wilson_interval(None, 10) == (None, None)
-
-
-def test_bootstrap_is_seeded_and_contains_the_mean() -> None:
-    rng = np.random.default_rng(1)
-    counts = np.full(40, 4)
-    sums = rng.binomial(4, 0.6, size=40).astype(float)
-    mean = sums.sum() / counts.sum()
-    first = bootstrap_mean_ci(sums, counts)
-    assert first == bootstrap_mean_ci(sums, counts)  # deterministic: seeded
-    assert first[0] < mean < first[1]
-    assert 0.05 < first[1] - first[0] < 0.5
-    assert bootstrap_mean_ci(sums, counts, seed=2) != first
-    assert bootstrap_mean_ci(np.array([3.0]), np.array([4])) == (None, None)  # one prompt: no interval
-    assert bootstrap_mean_ci(np.array([2.0, 2.0]), np.array([4, 4])) == (0.5, 0.5)
-
-
-def test_bootstrap_resamples_prompts_not_rollouts() -> None:
-    """Ten prompts that always or never succeed: 100 rollouts, but only 10 independent units."""
-    sums, counts = np.array([10.0] * 5 + [0.0] * 5), np.full(10, 10)
-    low, high = bootstrap_mean_ci(sums, counts)
-    naive_low, naive_high = wilson_interval(0.5, 100)
-    assert high - low > 1.5 * (naive_high - naive_low)
-
-
-def test_metrics_carry_confidence_intervals(make_rollout, write_batch) -> None:
+def test_metrics_carry_confidence_intervals(make_rollout, metrics_of) -> None:
     rows = []
     for p in range(10):
         rows += prompt_rows(make_rollout, f"p{p}", [p < 8] * 3 + [p < 4])  # 8 prompts x3 + 4 prompts x1 ok
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     ci = bm["ci"]
     assert ci["level"] == 0.95
     assert bm["accuracy"] == pytest.approx(28 / 40)
@@ -400,32 +269,25 @@ def test_metrics_carry_confidence_intervals(make_rollout, write_batch) -> None:
     assert reward["low"] < bm["mean_reward"] < reward["high"]
 
 
-def test_ci_for_prompts_with_fewer_repeats_than_k(make_rollout, write_batch) -> None:
+def test_ci_for_prompts_with_fewer_repeats_than_k(make_rollout, metrics_of) -> None:
     rows = prompt_rows(make_rollout, "four", [True, False, False, False]) + prompt_rows(make_rollout, "one", [True])
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["pass_at_k"] == pytest.approx({"1": (0.25 + 1) / 2, "2": 0.5, "4": 1.0})
     assert {k: v["n"] for k, v in bm["ci"]["pass_at_k"].items()} == {"1": 2, "2": 1, "4": 1}
     assert {k: v["n"] for k, v in bm["ci"]["maj_at_k"].items()} == {"1": 2, "2": 1, "4": 1}
 
 
-def test_info_rate_intervals(make_rollout, write_batch) -> None:
-    rows = [make_rollout(prompt_id=f"p{i}", info={"strict_correct": i < 8}) for i in range(10)]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
-    strict = bm["ci"]["info_rates"]["strict_correct"]
-    assert strict["n"] == 10 and (round(strict["low"], 3), round(strict["high"], 3)) == (0.490, 0.943)
-
-
-def test_metrics_are_deterministic(make_rollout, write_batch) -> None:
+def test_metrics_are_deterministic(make_rollout, write_batch, local_store) -> None:
     rows = [make_rollout(prompt_id=f"p{i % 7}", repeat=i // 7, reward=float(i % 3)) for i in range(35)]
     files = [write_batch(rows)]
-    assert compute_metrics(files) == compute_metrics(files)
+    assert compute_metrics(files, local_store) == compute_metrics(files, local_store)
 
 
 # ---------------------------------------------------------------------------------------------
 # Distributions and per-prompt breakdowns
 
 
-def test_prompt_outcomes_list_never_and_always_solved(make_rollout, write_batch) -> None:
+def test_prompt_outcomes_list_never_and_always_solved(make_rollout, metrics_of) -> None:
     rows = (
         prompt_rows(make_rollout, "none-a", [False, False])
         + prompt_rows(make_rollout, "none-b", [False, False])
@@ -433,7 +295,7 @@ def test_prompt_outcomes_list_never_and_always_solved(make_rollout, write_batch)
         + prompt_rows(make_rollout, "some", [True, False])
     )
     rows.append(make_rollout(prompt_id="errored", success=True, error="boom"))  # an error is a failure
-    outcomes = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]["prompt_outcomes"]
+    outcomes = metrics_of(rows)["benchmarks"]["gsm8k"]["prompt_outcomes"]
     assert outcomes == {
         "never_succeed": {"count": 3, "ids": ["errored", "none-a", "none-b"]},
         "always_succeed": {"count": 1, "ids": ["all"]},
@@ -441,25 +303,25 @@ def test_prompt_outcomes_list_never_and_always_solved(make_rollout, write_batch)
     }
 
 
-def test_reward_values_round_and_count(make_rollout, write_batch, monkeypatch) -> None:
+def test_reward_values_round_and_count(make_rollout, metrics_of, monkeypatch) -> None:
     nine_steps = sum([-0.1] * 9)
     rewards = [nine_steps, -0.9, -0.9, 19.2, 0.5, 0.5, 0.5]
     rows = [make_rollout(prompt_id=f"g{i}", reward=r) for i, r in enumerate(rewards)]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["reward_values"] == {"distinct": 3, "truncated": False, "values": [[-0.9, 3], [0.5, 3], [19.2, 1]]}
     assert bm["reward"]["mode"] == -0.9 and bm["reward"]["mode_share"] == pytest.approx(3 / 7)  # tie: lowest value
-    monkeypatch.setattr(analysis, "MAX_REWARD_VALUES", 2)
-    capped = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]["reward_values"]
+    monkeypatch.setattr(queries, "MAX_REWARD_VALUES", 2)
+    capped = metrics_of(rows)["benchmarks"]["gsm8k"]["reward_values"]
     assert capped == {"distinct": 3, "truncated": True, "values": [[-0.9, 3], [0.5, 3]]}
 
 
-def test_distributions_quantiles_and_histograms(make_rollout, write_batch) -> None:
+def test_distributions_quantiles_and_histograms(make_rollout, metrics_of) -> None:
     rows = [
         make_rollout(prompt_id=f"p{i}", completion_tokens=i, prompt_tokens=50, latency_s=i / 10, reward=float(i % 2))
         for i in range(1, 101)
     ]
     rows.append(make_rollout(prompt_id="err", prompt_tokens=None, completion_tokens=None, latency_s=None, error="x"))
-    dist = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]["distributions"]
+    dist = metrics_of(rows)["benchmarks"]["gsm8k"]["distributions"]
     completion = dist["completion_tokens"]
     assert completion["count"] == 100 and completion["mean"] == pytest.approx(50.5)
     q = completion["quantiles"]
@@ -471,48 +333,19 @@ def test_distributions_quantiles_and_histograms(make_rollout, write_batch) -> No
     assert widths == {4.0}  # integer-wide bins: ceil(100 / 30)
     assert dist["prompt_tokens"]["histogram"] == {"edges": [50.0, 51.0], "counts": [100]}
     latency = dist["latency_s"]["histogram"]
-    assert len(latency["counts"]) == analysis.HISTOGRAM_BINS and sum(latency["counts"]) == 100
+    assert len(latency["counts"]) == queries.HISTOGRAM_BINS and sum(latency["counts"]) == 100
     reward = dist["reward"]
     assert reward["count"] == 101 and reward["histogram"]["counts"][0] == 51 and reward["histogram"]["counts"][-1] == 50
 
 
-def test_all_error_run_has_sane_intervals_and_distributions(make_rollout, write_batch) -> None:
+def test_all_error_run_has_sane_intervals_and_distributions(make_rollout, metrics_of) -> None:
     rows = [
         make_rollout(prompt_id=f"p{i}", error="ConnectError: refused", completion_tokens=None, latency_s=None)
         for i in range(3)
     ]
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
+    bm = metrics_of(rows)["benchmarks"]["gsm8k"]
     assert bm["ci"]["accuracy"]["low"] == 0.0 and bm["ci"]["error_rate"]["high"] == 1.0
     assert bm["ci"]["mean_reward"]["low"] == 0.0 and bm["ci"]["mean_reward"]["high"] == 0.0
     assert bm["distributions"]["latency_s"] is None and bm["distributions"]["completion_tokens"] is None
     assert bm["distributions"]["reward"]["histogram"] == {"edges": [0.0, 1.0], "counts": [3]}
     assert bm["prompt_outcomes"]["never_succeed"]["count"] == 3
-    assert bm["info_rates"] == {} and bm["ci"]["info_rates"] == {}
-
-
-def test_invalid_info_json_is_skipped(make_rollout, write_batch) -> None:
-    rows = [make_rollout(prompt_id="a", info={"ok": True}), make_rollout(prompt_id="b", info={"ok": False})]
-    rows.append(make_rollout(prompt_id="c", info="{not json"))
-    rows.append(make_rollout(prompt_id="d", info="[1, 2]"))
-    bm = metrics_of(write_batch, rows)["benchmarks"]["gsm8k"]
-    assert bm["info_rates"] == {"ok": 0.5}
-
-
-def test_unreadable_files_raise_a_store_error_naming_them(tmp_path) -> None:
-    missing = str(tmp_path / "nope.parquet")
-    with pytest.raises(store.StoreError, match=r"nope\.parquet"):
-        compute_metrics([missing])
-
-
-def test_sandbox_outcomes_and_end_reasons_are_counted(write_batch, make_rollout) -> None:
-    rows = [
-        make_rollout(benchmark="mbpp", prompt_id="p0", repeat=0, info={"outcome": "pass"}),
-        make_rollout(benchmark="mbpp", prompt_id="p0", repeat=1, info={"outcome": "timeout"}),
-        make_rollout(benchmark="mbpp", prompt_id="p1", repeat=0, info={"outcome": "pass"}),
-        make_rollout(benchmark="tetris", prompt_id="t0", repeat=0, info={"end_reason": "lockout"}),
-        make_rollout(benchmark="gsm8k", prompt_id="g0", repeat=0, info={"strict_correct": True}),
-    ]
-    metrics = compute_metrics([write_batch(rows)])
-    assert metrics["benchmarks"]["mbpp"]["info_outcomes"] == {"outcome": {"pass": 2, "timeout": 1}}
-    assert metrics["benchmarks"]["tetris"]["info_outcomes"] == {"end_reason": {"lockout": 1}}
-    assert metrics["benchmarks"]["gsm8k"]["info_outcomes"] == {}

@@ -1,4 +1,4 @@
-"""compare(): deltas, intervals and regression flags; find_baseline() over a run index."""
+"""compare(): deltas, intervals and regression flags; find_baseline() over a run index's entries."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from core.schema import RunMetrics
+from core.store import Store
 from tasks.analysis.compare import baseline_comparison, compare, find_baseline, rate_delta
-from tasks.analysis.metrics import wilson_interval
-from tasks.reporting.index import index_entry, update_index
+from tasks.analysis.metrics import compute_metrics
+from tasks.analysis.stats import wilson, wilson_interval
 
 
 def bench(rate: float, n: int, **extra: Any) -> dict[str, Any]:
@@ -20,20 +22,25 @@ def bench(rate: float, n: int, **extra: Any) -> dict[str, Any]:
     out = {
         "n_prompts": n,
         "n_rollouts": n,
+        "successes": round(rate * n),
         "repeats": {"min": 1, "max": 1},
         "accuracy": rate,
         "mean_reward": rate,
         "pass_at_k": {"1": rate},
         "maj_at_k": {"1": rate},
-        "info_rates": {},
+        "env_metrics": [],
         "ci": {"accuracy": {"low": low, "high": high, "n": n}, "mean_reward": {"low": low, "high": high, "n": n}},
     }
     out.update(extra)
     return out
 
 
-def metrics(**benches: dict[str, Any]) -> dict[str, Any]:
-    return {"schema_version": 2, "benchmarks": benches}
+def env_rate(key: str, value: float, n: int, headline: bool = True) -> dict[str, Any]:
+    return {"key": key, "label": key.split("_")[0], "kind": "rate", "headline": headline, "value": value, "n": n}
+
+
+def metrics(**benches: dict[str, Any]) -> RunMetrics:
+    return RunMetrics.model_validate({"benchmarks": benches})
 
 
 def test_rate_delta_is_newcombes_score_interval() -> None:
@@ -79,7 +86,7 @@ def test_headline_metrics_compared_and_missing_benchmarks_listed() -> None:
         repeats={"min": 8, "max": 8},
         pass_at_k={"1": 0.5, "2": 0.6, "4": 0.7, "8": 0.8},
         maj_at_k={"1": 0.5, "2": 0.5, "4": 0.55, "8": 0.6},
-        info_rates={"strict_correct": 0.4, "flexible_correct": 0.5},
+        env_metrics=[env_rate("strict_correct", 0.4, 100), env_rate("flexible_correct", 0.5, 100)],
     )
     base = bench(
         0.5,
@@ -87,16 +94,49 @@ def test_headline_metrics_compared_and_missing_benchmarks_listed() -> None:
         repeats={"min": 4, "max": 4},
         pass_at_k={"1": 0.5, "2": 0.6, "4": 0.65},
         maj_at_k={"1": 0.5, "2": 0.5, "4": 0.5},
-        info_rates={"strict_correct": 0.45},
+        env_metrics=[env_rate("strict_correct", 0.45, 100)],
     )
     result = compare(metrics(gsm8k=cur, math=bench(0.1, 10)), metrics(gsm8k=base, mbpp=bench(0.2, 10)))
     rows = result["benchmarks"]["gsm8k"]
-    assert set(rows) == {"accuracy", "pass@1", "pass@n", "maj@n", "strict", "mean_reward"}  # no flexible in base
+    assert set(rows) == {
+        "accuracy",
+        "pass@1",
+        "pass@n",
+        "maj@n",
+        "strict_correct",
+        "mean_reward",
+    }  # no flexible in base
     assert rows["pass@n"]["label"] == "pass@4" and rows["pass@n"]["delta"] == pytest.approx(0.05)
     assert rows["maj@n"]["label"] == "maj@4"
-    assert rows["strict"]["kind"] == "rate" and rows["mean_reward"]["kind"] == "mean"
+    assert rows["strict_correct"]["kind"] == "rate" and rows["mean_reward"]["kind"] == "mean"
+    assert rows["strict_correct"]["label"] == "strict" and rows["strict_correct"]["delta"] == pytest.approx(-0.05)
     assert result["missing"] == {"current_only": ["math"], "baseline_only": ["mbpp"]}
     json.dumps(result, allow_nan=False)
+
+
+def test_env_rates_compared_by_key_headline_only() -> None:
+    """A headline env rate is compared with the baseline's metric of the same key, with its own n;
+    rates that are not headline (a lockout share: lower is better) are not flagged either way."""
+    cur = bench(0.5, 400, env_metrics=[env_rate("strict_correct", 0.2, 400), env_rate("lockout", 0.9, 400, False)])
+    base = bench(0.5, 400, env_metrics=[env_rate("strict_correct", 0.5, 400), env_rate("lockout", 0.1, 400, False)])
+    rows = compare(metrics(gsm8k=cur), metrics(gsm8k=base))["benchmarks"]["gsm8k"]
+    assert "lockout" not in rows
+    strict = rows["strict_correct"]
+    expected = rate_delta(0.2, 400, 0.5, 400)
+    assert (strict["delta"], strict["low"], strict["high"]) == pytest.approx(expected)
+    assert strict["regression"] is True and strict["n_current"] == strict["n_baseline"] == 400
+
+
+def test_a_schema_2_baseline_compares_its_info_rates_by_key() -> None:
+    """An old metrics.json (info_rates, ci.info_rates) still validates and its rates match by key."""
+    old = bench(0.5, 100, info_rates={"strict_correct": 0.6}, schema_version=2)
+    del old["env_metrics"]
+    old["ci"]["info_rates"] = {"strict_correct": wilson(0.6, 80)}
+    baseline = RunMetrics.model_validate({"schema_version": 2, "benchmarks": {"gsm8k": old}})
+    assert baseline.schema_version == 2
+    cur = bench(0.5, 100, env_metrics=[env_rate("strict_correct", 0.3, 100)])
+    row = compare(metrics(gsm8k=cur), baseline)["benchmarks"]["gsm8k"]["strict_correct"]
+    assert row["baseline"] == 0.6 and row["n_baseline"] == 80 and row["regression"] is True
 
 
 def test_schema_1_baseline_without_intervals() -> None:
@@ -110,7 +150,7 @@ def test_schema_1_baseline_without_intervals() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Baselines from the run index
+# Baselines among the run index's entries
 
 
 def entry(run_id: str, finished: str, benchmarks: list[str], **extra: Any) -> dict[str, Any]:
@@ -124,48 +164,44 @@ def entry(run_id: str, finished: str, benchmarks: list[str], **extra: Any) -> di
     }
 
 
-@pytest.fixture
-def index_store(tmp_path: Path) -> str:
-    url = str(tmp_path / "store")
-    for e in [
-        entry("a", "2025-01-01T00:00:00+00:00", ["gsm8k", "tetris"], deployment="nightly"),
-        entry("b", "2025-01-02T00:00:00+00:00", ["gsm8k"], deployment="nightly"),
-        entry("c", "2025-01-03T00:00:00+00:00", ["tetris", "gsm8k"], deployment="nightly"),
-        entry("d", "2025-01-04T00:00:00+00:00", ["gsm8k", "tetris"], deployment="other"),
-        entry("e", "2025-01-05T00:00:00+00:00", ["gsm8k", "tetris"], run_name="sweep"),
-        entry("f", "2025-01-06T00:00:00+00:00", ["gsm8k", "tetris"], run_name="sweep", deployment="nightly"),
-    ]:
-        update_index(url, e)
-    return url
+# Newest first, as the run index lists them.
+ENTRIES = [
+    entry("f", "2025-01-06T00:00:00+00:00", ["gsm8k", "tetris"], run_name="sweep", deployment="nightly"),
+    entry("e", "2025-01-05T00:00:00+00:00", ["gsm8k", "tetris"], run_name="sweep"),
+    entry("d", "2025-01-04T00:00:00+00:00", ["gsm8k", "tetris"], deployment="other"),
+    entry("c", "2025-01-03T00:00:00+00:00", ["tetris", "gsm8k"], deployment="nightly"),
+    entry("b", "2025-01-02T00:00:00+00:00", ["gsm8k"], deployment="nightly"),
+    entry("a", "2025-01-01T00:00:00+00:00", ["gsm8k", "tetris"], deployment="nightly"),
+]
 
 
-def test_find_baseline_by_deployment_and_benchmarks(index_store: str) -> None:
-    found = find_baseline(index_store, None, "nightly", ["gsm8k", "tetris"], "f")
+def test_find_baseline_by_deployment_and_benchmarks() -> None:
+    found = find_baseline(ENTRIES, "nightly", ["gsm8k", "tetris"], "f")
     assert found is not None and found["run_id"] == "c"  # latest nightly with both benchmarks, f excluded
-    assert find_baseline(index_store, None, "nightly", ["gsm8k"], "c")["run_id"] == "f"
-    assert find_baseline(index_store, None, "nightly", ["gsm8k", "mbpp"], None) is None
-    assert find_baseline(index_store, None, "missing", ["gsm8k"], None) is None
+    assert find_baseline(ENTRIES, "nightly", ["gsm8k"], "c")["run_id"] == "f"
+    assert find_baseline(ENTRIES, "nightly", ["gsm8k", "mbpp"], None) is None
+    assert find_baseline(ENTRIES, "missing", ["gsm8k"], None) is None
 
 
-def test_find_baseline_by_run_name_or_explicit_id(index_store: str) -> None:
-    assert find_baseline(index_store, None, None, ["gsm8k"], "new", run_name="sweep")["run_id"] == "e"
-    assert find_baseline(index_store, None, None, ["gsm8k"], "new") is None  # nothing to match on
-    assert find_baseline(index_store, None, "nightly", ["gsm8k"], "f", run_id="a")["run_id"] == "a"
-    assert find_baseline(index_store, None, None, [], None, run_id="zzz") is None
+def test_find_baseline_by_run_name_or_explicit_id() -> None:
+    assert find_baseline(ENTRIES, None, ["gsm8k"], "new", run_name="sweep")["run_id"] == "e"
+    assert find_baseline(ENTRIES, None, ["gsm8k"], "new") is None  # nothing to match on
+    assert find_baseline(ENTRIES, "nightly", ["gsm8k"], "f", run_id="a")["run_id"] == "a"
+    assert find_baseline(ENTRIES, None, [], None, run_id="zzz") is None
 
 
-def test_find_baseline_in_an_empty_store(tmp_path: Path) -> None:
-    assert find_baseline(str(tmp_path / "empty"), None, "nightly", ["gsm8k"], None) is None
+def test_find_baseline_in_an_empty_index() -> None:
+    assert find_baseline([], "nightly", ["gsm8k"], None) is None
 
 
 def test_baseline_comparison_end_to_end(tmp_path: Path, make_rollout, write_batch) -> None:
     """Two runs of one deployment through the real pipeline: the second compares with the first."""
-    from tasks.analysis.metrics import compute_metrics
+    from tasks.reporting.index import index_entry, read_index, update_index
     from tasks.reporting.report import write_report
 
-    url = str(tmp_path / "store")
+    store = Store(str(tmp_path / "store"))
 
-    def run(run_id: str, finished: str, ok: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    def run(run_id: str, finished: str, ok: int) -> dict[str, Any] | None:
         rows = [
             make_rollout(prompt_id=f"p{i}", repeat=r, success=i < ok, reward=float(i < ok), run_id=run_id)
             for i in range(100)
@@ -173,16 +209,16 @@ def test_baseline_comparison_end_to_end(tmp_path: Path, make_rollout, write_batc
         ]
         files = [write_batch(rows, name=f"{run_id}.parquet")]
         info = {"run_id": run_id, "deployment": "nightly", "model": "m", "finished_at": finished}
-        m = compute_metrics(files)
-        comparison = baseline_comparison(url, m, info)
-        urls = write_report(f"{url}/runs/{run_id}", m, info, files, comparison=comparison)
-        update_index(url, index_entry(info, m, urls, url))
-        return m, comparison
+        m = compute_metrics(files, store)
+        comparison = baseline_comparison(store, m, info, read_index(store))
+        urls = write_report(store.path("runs", run_id), m, info, files, store, comparison=comparison)
+        update_index(store, index_entry(info, m, urls, store.url))
+        return comparison
 
-    _, first = run("r1", "2025-01-01T00:00:00+00:00", 80)
-    assert first is None
-    _, second = run("r2", "2025-01-02T00:00:00+00:00", 30)
+    assert run("r1", "2025-01-01T00:00:00+00:00", 80) is None
+    second = run("r2", "2025-01-02T00:00:00+00:00", 30)
     assert second is not None and second["baseline"]["run_id"] == "r1"
+    assert second["current"]["run_id"] == "r2"
     assert second["baseline"]["report"] == "runs/r1/report.html"
     assert second["benchmarks"]["gsm8k"]["accuracy"]["regression"] is True
     saved = json.loads((tmp_path / "store/runs/r2/metrics.json").read_text())
@@ -195,7 +231,9 @@ def test_baseline_comparison_end_to_end(tmp_path: Path, make_rollout, write_batc
 
 
 def test_baseline_comparison_survives_a_broken_baseline(tmp_path: Path) -> None:
-    url = str(tmp_path / "store")
-    update_index(url, entry("old", "2025-01-01T00:00:00+00:00", ["gsm8k"], deployment="d"))  # no metrics.json
+    store = Store(str(tmp_path / "store"))
     current = metrics(gsm8k=bench(0.5, 10))
-    assert baseline_comparison(url, current, {"run_id": "new", "deployment": "d"}) is None
+    no_metrics = [entry("old", "2025-01-01T00:00:00+00:00", ["gsm8k"], deployment="d")]
+    assert baseline_comparison(store, current, {"run_id": "new", "deployment": "d"}, no_metrics) is None
+    store.write_text(store.path("runs", "old", "metrics.json"), json.dumps({"schema_version": 99}))
+    assert baseline_comparison(store, current, {"run_id": "new", "deployment": "d"}, no_metrics) is None  # too new

@@ -1,0 +1,1 @@
+"""The offline programming problems (MBPP and HumanEval formats) that scripts/make_code_sets.py writes."""

@@ -1,0 +1,88 @@
+"""Reading a run's batch files into DuckDB: connection, schema-version check, deduplicated `rollouts` table."""
+
+from __future__ import annotations
+
+import duckdb
+
+from core.schema import SCHEMA_VERSION_KEY, check_schema_version
+from core.store import Store, StoreError
+
+# Columns the metrics need; the big text columns (messages, transcript, completion) stay on disk.
+METRIC_COLUMNS = (
+    "benchmark",
+    "prompt_id",
+    "repeat",
+    "reward",
+    "success",
+    "error",
+    "parsed_answer",
+    "reference",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "tool_calls",
+    "latency_s",
+    "info",
+)
+
+
+def duckdb_path(url: str) -> str:
+    """DuckDB reads local paths itself; file:// is stripped, other schemes go through fsspec."""
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
+def connect(files: list[str], store: Store) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that can read `files` through the store's filesystems."""
+    con = duckdb.connect(":memory:")
+    store.register(con, files)
+    return con
+
+
+def read_error(files: list[str], exc: Exception) -> StoreError:
+    shown = ", ".join(files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+    return StoreError(f"cannot read rollout files {shown}: {type(exc).__name__}: {exc}")
+
+
+def check_versions(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
+    """Refuse files written with a rollout schema newer than this code (footers only: no row is read)."""
+    try:
+        found = con.execute(
+            "SELECT file_name, value FROM parquet_kv_metadata($files) WHERE key = $key",
+            {"files": [duckdb_path(f) for f in files], "key": SCHEMA_VERSION_KEY},
+        ).fetchall()
+    except (duckdb.Error, OSError) as exc:
+        raise read_error(files, exc) from exc
+    for file_name, value in found:
+        check_schema_version(file_name, value)
+
+
+def load(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
+    """Materialise the deduplicated `rollouts` table in one scan + one window; returns duplicates dropped.
+
+    The window orders each prompt's rows by (repeat, newest first): a row whose predecessor has the
+    same repeat is a stale duplicate, and dense_rank() is the 1-based position among the kept repeats.
+    """
+    check_versions(con, files)
+    cols = ", ".join(f'"{c}"' for c in METRIC_COLUMNS)
+    params = {"files": [duckdb_path(f) for f in files]}
+    try:
+        con.execute(
+            f"""
+            CREATE TEMP TABLE rollouts AS
+            SELECT * EXCLUDE (prev_repeat),
+                   CASE WHEN error IS NULL THEN reward ELSE 0.0 END AS eff_reward,
+                   coalesce(success AND error IS NULL, false) AS ok
+            FROM (
+                SELECT {cols}, dense_rank() OVER w AS pos, lag(repeat) OVER w AS prev_repeat
+                FROM read_parquet($files, union_by_name = true)
+                WINDOW w AS (PARTITION BY benchmark, prompt_id ORDER BY repeat, created_at DESC)
+            )
+            WHERE prev_repeat IS DISTINCT FROM repeat
+            """,
+            params,
+        )
+        (kept,) = con.execute("SELECT count(*) FROM rollouts").fetchone()
+        (raw,) = con.execute("SELECT count(*) FROM read_parquet($files, union_by_name = true)", params).fetchone()
+    except (duckdb.Error, OSError) as exc:
+        raise read_error(files, exc) from exc
+    return raw - kept

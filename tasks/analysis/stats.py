@@ -1,0 +1,77 @@
+"""The estimators behind the metrics: pass@k, Wilson score intervals and the prompt-level bootstrap."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+CI_LEVEL = 0.95
+Z_95 = 1.959963984540054
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def ks_for(n: int) -> list[int]:
+    """The k values reported for a benchmark whose prompts have at most n repeats."""
+    if n < 1:
+        return []
+    ks = {n}
+    k = 1
+    while k <= n:
+        ks.add(k)
+        k *= 2
+    return sorted(ks)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one prompt (n samples, c correct); the product form avoids huge binomials."""
+    if k > n:
+        raise ValueError(f"pass@{k} is undefined for n={n} samples")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def wilson_interval(rate: float | None, n: int, z: float = Z_95) -> tuple[float | None, float | None]:
+    """Wilson score interval for a rate observed over n trials (None when n is 0 or the rate unknown)."""
+    if rate is None or n <= 0:
+        return None, None
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (rate + z2 / (2 * n)) / denom
+    half = z * math.sqrt(max(rate * (1.0 - rate), 0.0) / n + z2 / (4 * n * n)) / denom
+    low = 0.0 if rate <= 0.0 else max(0.0, center - half)
+    high = 1.0 if rate >= 1.0 else min(1.0, center + half)
+    return low, high
+
+
+def wilson(rate: float | None, n: int) -> dict[str, Any]:
+    """A Wilson interval as the metrics document stores it."""
+    low, high = wilson_interval(rate, n)
+    return {"low": low, "high": high, "n": n, "method": "wilson"}
+
+
+def bootstrap_mean_ci(
+    sums: np.ndarray,
+    counts: np.ndarray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = CI_LEVEL,
+) -> tuple[float | None, float | None]:
+    """Percentile bootstrap of sum(sums)/sum(counts), resampling clusters (prompts) with replacement."""
+    n = len(sums)
+    if n < 2:
+        return None, None
+    rng = np.random.default_rng(seed)
+    sums, counts = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    stats = np.empty(resamples)
+    chunk = max(1, 2_000_000 // n)  # bounded memory: chunk x n indices at a time
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        stats[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return float(low), float(high)
