@@ -1,8 +1,7 @@
 """Prefect blocks: the vLLM server settings and the run store, saved by name on the Prefect server.
 
-Register the types with `PYTHONPATH=. prefect block register -m blocks` from the repo root (or
-`make blocks`, which also saves the defaults from `blocks/defaults.yaml`); deployments name a block
-in `server.block` / `store.block`.
+Register the types with `prefect block register -m blocks` (or `make blocks`, which also saves the
+defaults from `blocks/defaults.yaml`); deployments name a block in `server.block` / `store.block`.
 """
 
 from blocks.run_store import RunStoreBlock

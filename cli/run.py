@@ -39,8 +39,6 @@ def run(
         resolved = resolve_config(config, overrides or [])
     except (ValueError, OSError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
         fail("invalid configuration", exc)
-    except SystemExit as exc:  # resolve_config reports a malformed override this way
-        fail("invalid configuration", str(exc.code))
     if dry_run:
         try:
             plan = plan_run(resolved)

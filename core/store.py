@@ -208,39 +208,3 @@ class Store:
             protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
             registered.update(protocols)
             registered.add(scheme)
-
-
-# ---------------------------------------------------------------------------------------------
-# TRANSITIONAL (removed once every caller holds a Store): the old module functions.
-
-
-def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    return Store(url, storage_options).filesystem(url)
-
-
-def write_bytes(url: str, data: bytes, storage_options: dict[str, Any] | None = None) -> str:
-    return Store(url, storage_options).write_bytes(url, data)
-
-
-def write_text(url: str, text: str, storage_options: dict[str, Any] | None = None) -> str:
-    return Store(url, storage_options).write_text(url, text)
-
-
-def read_bytes(url: str, storage_options: dict[str, Any] | None = None) -> bytes:
-    return Store(url, storage_options).read_bytes(url)
-
-
-def read_text(url: str, storage_options: dict[str, Any] | None = None) -> str:
-    return Store(url, storage_options).read_text(url)
-
-
-def copy(src: str, dst: str, storage_options: dict[str, Any] | None = None) -> str:
-    return Store(src, storage_options).copy(src, dst)
-
-
-def exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:
-    return Store(url, storage_options).exists(url)
-
-
-def check_writable(url: str, storage_options: dict[str, Any] | None = None) -> None:
-    Store(url, storage_options).check_writable()

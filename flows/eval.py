@@ -1,17 +1,14 @@
 """The `eval` flow: checkpoint -> vLLM server -> batched rollouts -> DuckDB analysis -> reports.
 
-Run it as `python -m flows.eval --config configs/demo.yaml [key.path=value ...]`, or through a
-Prefect deployment. Everything that can be checked cheaply (config, store, datasets) is checked
+Run it as `evalflow run --config configs/demo.yaml [key.path=value ...]`, or through a Prefect
+deployment. Everything that can be checked cheaply (config, store, datasets) is checked
 before the model is converted or a server is started.
 
 No `from __future__ import annotations` here: a deployment validates the flow's parameters against
 its signature, and postponed (string) annotations leave `EvalConfig` unresolved there.
 """
 
-import argparse
-import asyncio
 import json
-import signal
 import sys
 import tempfile
 import uuid
@@ -26,18 +23,19 @@ from prefect.runtime import deployment as prefect_deployment
 from core import store as store_paths
 from core.config import EvalConfig
 from core.logs import Stages, get_logger
-from core.overrides import OverrideError, config_data
-from core.resolve import BlockNotFound, resolve
-from envs.base import DatasetError
+from core.overrides import config_data
+from core.resolve import resolve
+from core.secrets import redact
+from envs.registry import metric_specs
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
-from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import FileLockManager, lock_directory, result_storage
 from tasks.collection.plan import load_benchmarks, plan
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import collect_all
+from tasks.reporting.index import read_entries
 from tasks.reporting.report import format_terminal_summary, report_task
 from tasks.runtime.venv import ensure_runtime
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
@@ -77,7 +75,7 @@ def plan_run(config: EvalConfig) -> dict[str, Any]:
     total = sum(b.repeats * len(b.rows) for b in benchmarks)
     to_generate = total - sum(p.batch.size for p in cached)
     return {
-        "config": config.model_dump(mode="json"),
+        "config": redact(config.model_dump(mode="json")),
         "model": model_plan,
         "benchmarks": {b.name: {"prompts": len(b.rows), "repeats": b.repeats} for b in benchmarks},
         "batches": {"total": len(work) or None, "cached": len(cached)},
@@ -182,8 +180,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
 
     files = [r.url for r in results]
     with stages("analyze"):
-        opts = store.fsspec_options()  # INTEGRATE: pass the Store once analysis/reporting take it
-        metrics = analyze_task(files, opts)
+        metrics = analyze_task(files, store, metric_specs(b.name for b in config.benchmarks))
     with stages("report"):
         run_info = {
             "run_id": run_id,
@@ -194,13 +191,13 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             "model_fingerprint": model.fingerprint,
             "started_at": started_at.isoformat(),
             "finished_at": datetime.now(UTC).isoformat(),
-            "config": config.model_dump(mode="json"),  # SecretStr dumps as '**********'
+            "config": redact(config.model_dump(mode="json")),  # no credential reaches a report
             "timings": stages.seconds,
             "deployment": prefect_deployment.name,  # None outside a deployment run
         }
         # the latest earlier run of the same deployment (or run name) with these benchmarks
-        comparison = baseline_comparison(config.store.url, metrics, run_info, opts, config.baseline_run_id)
-        urls = report_task(run_dir, metrics, run_info, files, opts, comparison=comparison, store_url=config.store.url)
+        comparison = baseline_comparison(store, metrics, run_info, read_entries(store), config.baseline_run_id)
+        urls = report_task(run_dir, metrics, run_info, files, store, comparison=comparison)
     summary = format_terminal_summary(metrics, urls)
     logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)
     return {
@@ -208,7 +205,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         "run_dir": run_dir,
         "reports": urls,
         "timings_s": stages.seconds,
-        "metrics": metrics,
+        "metrics": metrics.model_dump(mode="json"),
         "comparison": comparison,
         "batches": {"total": len(work), "cached": len(work) - len(missing)},
         "server": server_info,
@@ -219,37 +216,11 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
 
 
 def resolve_config(path: str | None, overrides: list[str]) -> EvalConfig:
-    """The config file with dotted overrides applied, validated."""
-    try:
-        data = config_data(path, overrides)
-    except OverrideError as exc:
-        raise SystemExit(str(exc)) from exc
-    return EvalConfig.model_validate(data)
+    """The config file with dotted overrides applied, validated (OverrideError, ValidationError: ValueErrors)."""
+    return EvalConfig.model_validate(config_data(path, overrides))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.eval", description=__doc__)
-    parser.add_argument("--config", help="YAML file with EvalConfig fields (default: all defaults)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sampling.temperature=0.6")
-    parser.add_argument("--dry-run", action="store_true", help="print what would run (cache hits, rollouts) and exit")
-    args = parser.parse_args(argv)
-    try:
-        config = resolve_config(args.config, args.overrides)
-    except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        print(f"invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
-    if args.dry_run:  # no Prefect run either: nothing is started
-        try:
-            print(json.dumps(plan_run(config), indent=2, default=str))
-        except (CheckpointError, DatasetError, BlockNotFound) as exc:
-            print(f"dry run: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    # A SIGTERM (e.g. `kill`, a cancelled deployment run) unwinds through `finally`: server stopped.
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    asyncio.run(eval_flow(config))  # the flow logs the summary and the report paths
-    return 0
+if __name__ == "__main__":  # `python -m flows.eval ARGS` is `evalflow run ARGS` (kept for existing scripts)
+    from cli.main import app
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    app(["run", *sys.argv[1:]], prog_name="python -m flows.eval")

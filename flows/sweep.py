@@ -1,7 +1,7 @@
 """The `sweep` flow: one base EvalConfig, a grid of dotted keys to lists of values, one child `eval`
 run per point of the cartesian product, and a report that puts the points side by side.
 
-    python -m flows.sweep --config configs/smoke.yaml --sweep sweeps/temperature.yaml [--dry-run]
+    evalflow sweep --config configs/demo.yaml --sweep sweeps/temperature.yaml [--dry-run] [--local]
 
 The sweep file holds `grid:` (e.g. `sampling.temperature: [0.6, 0.8]`), optionally `base:` (the
 config it was written for; it must match `--config`) and `deployment:` (default `eval/smoke`). Each
@@ -12,7 +12,6 @@ model is prepared once (converted, cached by content) before any child run start
 No `from __future__ import annotations`: deployments validate parameters against the signature.
 """
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -28,10 +27,11 @@ from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.resolve import BlockNotFound, resolve
 from core.config import EvalConfig
 from core.logs import get_logger
-from core.overrides import OverrideError, config_data, has_path, set_path
+from core.overrides import has_path, set_path
+from core.resolve import resolve
+from core.store import Store
 from envs.registry import get_env
 from flows.eval import eval_flow, plan_run
 from tasks.checkpoints.prepare import prepare_model
@@ -124,9 +124,9 @@ async def _run_child(deployment: str | None, index: int, sweep_id: str, data: di
     }
 
 
-def _attach_runs(points: list[dict[str, Any]], store_url: str, options: dict[str, Any]) -> None:
+def _attach_runs(points: list[dict[str, Any]], store: Store) -> None:
     """Each point's run in the store index (found by flow run id, or run id), with its headline."""
-    entries = read_entries(store_url, options)
+    entries = read_entries(store)
     by_flow_run = {e.get("flow_run_id"): e for e in entries if e.get("flow_run_id")}
     by_run = {e.get("run_id"): e for e in entries}
     for point in points:
@@ -173,7 +173,7 @@ async def sweep_flow(
         if isinstance(outcome, BaseException):
             outcome = {"state": "Failed", "message": repr(outcome)}
         results.append({"index": i, "values": values, **outcome})
-    _attach_runs(results, resolved.store.url, resolved.store.fsspec_options())  # INTEGRATE: Store
+    _attach_runs(results, resolved.store)
     ctx = FlowRunContext.get()
     info = {
         "sweep_id": sweep_id,
@@ -185,7 +185,7 @@ async def sweep_flow(
         "finished_at": datetime.now(UTC).isoformat(),
         "model_fingerprints": fingerprints,
     }
-    urls = write_sweep_report(resolved.store.url, info, results, resolved.store.fsspec_options())  # INTEGRATE
+    urls = write_sweep_report(resolved.store, info, results)
     failed = [r for r in results if r["state"] != "Completed"]
     logger.info("sweep %s: %d/%d points completed; report %s", sweep_id, len(results) - len(failed), len(results),
                 urls["html"])  # fmt: skip
@@ -213,37 +213,7 @@ def load_sweep(sweep_path: str, config_path: str | None) -> tuple[SweepFile, str
     return spec, base
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.sweep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--config", help="the base EvalConfig YAML (default: the sweep file's `base:`)")
-    parser.add_argument("--sweep", required=True, help="YAML with `grid:` (dotted keys to lists)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides of the base config")
-    parser.add_argument("--deployment", help="the eval deployment per point (default: the sweep file's)")
-    parser.add_argument("--local", action="store_true", help="run the points in this process, no deployment")
-    parser.add_argument("--dry-run", action="store_true", help="print the points and what each would run")
-    args = parser.parse_args(argv)
-    try:
-        spec, base = load_sweep(args.sweep, args.config)
-        config = EvalConfig.model_validate(config_data(base, args.overrides))
-        points = expand_grid(config, spec.grid)
-    except (SweepError, OverrideError, ValidationError, OSError) as exc:
-        print(f"invalid sweep:\n{exc}", file=sys.stderr)
-        return 2
-    deployment = None if args.local else (args.deployment or spec.deployment)
-    if args.dry_run:
-        try:
-            for values, data in points:
-                plan = plan_run(EvalConfig.model_validate(data))
-                print(json.dumps({"values": values, "rollouts": plan["rollouts"], "model": plan["model"]}, default=str))
-        except (BlockNotFound, ValueError) as exc:
-            print(f"dry run: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    result = asyncio.run(sweep_flow(config, spec.grid, deployment=deployment, name=spec.name))
-    print(f"sweep report: {result['reports']['html']}")
-    return 0
+if __name__ == "__main__":  # `python -m flows.sweep ARGS` is `evalflow sweep ARGS`
+    from cli.main import app
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    app(["sweep", *sys.argv[1:]], prog_name="python -m flows.sweep")

@@ -111,7 +111,7 @@ def blocks(overwrite: bool = False) -> list[str]:
     """Register the block types and save the defaults (blocks/defaults.yaml) on this server."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from blocks.__main__ import save_defaults
+    from blocks.defaults import save_defaults
 
     with temporary_settings(updates={PREFECT_API_URL: api_url()}):
         return save_defaults(overwrite)

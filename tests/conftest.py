@@ -55,6 +55,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
         report.outcome = "failed"
         report.longrepr = f"module skipped in CI, where nothing may be: {report.longrepr}"
 
+
 # Tests start several servers: eager mode starts in ~1 min instead of ~3 (no torch.compile warm-up)
 # at the cost of throughput, which tests do not measure (bench/ does, in the default mode).
 FAST_START = ["--enforce-eager"]

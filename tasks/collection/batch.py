@@ -4,17 +4,15 @@ cached by the batch's content key so a finished batch is never collected again."
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow.parquet as pq
 from prefect import task
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
-from core.schema import to_table
+from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
 from tasks.collection.plan import Batch, BatchResult, batch_url
@@ -25,9 +23,7 @@ def write_batch(store: Store, url: str, records: list[dict[str, Any]]) -> None:
     now = datetime.now(UTC)
     for record in records:
         record["created_at"] = now
-    buffer = io.BytesIO()
-    pq.write_table(to_table(records), buffer, compression="zstd")
-    store.write_bytes(url, buffer.getvalue())  # atomic: never a half-written batch
+    store.write_bytes(url, to_parquet_bytes(records))  # atomic: never a half-written batch
 
 
 async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:

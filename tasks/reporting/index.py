@@ -15,7 +15,7 @@ code path otherwise. A store that cannot be written fails at step 1 with a Store
 before anything shared was touched; index.json is only ever replaced by a complete file.
 
 Links in index.html are relative (`runs/<id>/report.html`), so the page works from a local folder,
-from `python -m tasks.reporting.serve`, and from an S3 static-website browse.
+from `evalflow reports serve`, and from an S3 static-website browse.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Serve a run store over HTTP for browsing: `python -m tasks.reporting.serve --store URL [--port 8000]`.
+"""Serve a run store over HTTP for browsing: `evalflow reports serve --store URL [--port 8000]`.
 
 A local store is served as a folder (http.server, bound to 127.0.0.1 by default); an object store
 (s3://bucket/prefix) through a small handler that reads each requested object with fsspec, so
@@ -8,9 +8,7 @@ Prints the URL of index.html, then serves until interrupted.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import mimetypes
 import posixpath
 import threading
@@ -85,27 +83,3 @@ def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
 def index_url(server: ThreadingHTTPServer) -> str:
     host, port = server.server_address[:2]
     return f"http://{host}:{port}/index.html"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.reporting.serve", description=__doc__)
-    parser.add_argument("--store", required=True, help="the run store: a folder, file://... or s3://bucket/prefix")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument(
-        "--storage-options", dest="options", default="{}", help="fsspec options as JSON, e.g. '{\"anon\": true}'"
-    )
-    args = parser.parse_args(argv)
-    server = make_server(Store(args.store, json.loads(args.options)), args.host, args.port)
-    print(f"serving {args.store} at {index_url(server)}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -12,7 +12,7 @@ import pytest
 from prefect.settings import PREFECT_API_URL
 
 from blocks import RunStoreBlock, VLLMServerBlock
-from blocks.__main__ import save_defaults
+from blocks.defaults import save_defaults
 from core.config import EvalConfig, ServerConfig
 from core.resolve import BlockNotFound, resolve
 

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from core.config import EvalConfig
+from core.overrides import OverrideError
 from flows.eval import resolve_config
 
 
@@ -65,5 +66,5 @@ def test_dotted_overrides(tmp_path) -> None:
 
 
 def test_override_of_missing_list_index_is_an_error(tmp_path) -> None:
-    with pytest.raises(SystemExit, match="not an index"):
+    with pytest.raises(OverrideError, match="not an index"):
         resolve_config(None, ["benchmarks.3.repeats=2"])

@@ -38,7 +38,7 @@ def test_all_environments_in_one_run(endpoint: Endpoint, prefect_home: Path, tmp
         "gsm8k": 4, "math": 4, "mbpp": 6, "humaneval": 4, "tetris": 4,
     }  # fmt: skip
     assert all(b["error_count"] == 0 for b in benches.values())
-    assert set(benches["gsm8k"]["info_rates"]) >= {"strict_correct", "flexible_correct"}
+    assert {m["key"] for m in benches["gsm8k"]["env_metrics"]} >= {"strict_correct", "flexible_correct"}
 
     run_dir = Path(result["run_dir"])
     rows = duckdb.sql(

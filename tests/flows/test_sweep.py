@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
 
+from cli.main import app
 from core.config import EvalConfig
 from core.overrides import OverrideError, config_data, has_path, set_path
-from flows.sweep import SweepError, expand_grid, load_sweep, main
-from tasks.reporting.sweep import points_table, render_html, render_markdown
+from core.store import Store
+from flows.sweep import SweepError, expand_grid, load_sweep
+from tasks.reporting.render import render_html, render_markdown
+from tasks.reporting.sweep import points_table, sweep_view
+from tests.conftest import REPO_ROOT
 
 
 def base() -> EvalConfig:
@@ -59,6 +67,10 @@ def test_environment_options_are_grid_keys() -> None:
     assert [d["benchmarks"][0]["options"] for _, d in points] == [{"fewshot": 0}, {"fewshot": 4}]
 
 
+def evalflow(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), prog_name="evalflow")
+
+
 def test_a_plain_api_key_is_not_spread_over_child_parameters() -> None:
     cfg = EvalConfig.model_validate({"server": {"mode": "external", "base_url": "http://h:1/v1", "api_key": "sk-x"}})
     with pytest.raises(SweepError, match="server block"):
@@ -71,14 +83,15 @@ def test_sweep_file_must_name_the_same_base_as_the_command_line(tmp_path: Path) 
     with pytest.raises(SweepError, match=r"written for base config 'configs/smoke\.yaml'"):
         load_sweep(str(sweep), "configs/demo.yaml")
     assert load_sweep(str(sweep), None)[1] == "configs/smoke.yaml"
-    assert main(["--sweep", str(sweep), "--config", "configs/demo.yaml"]) == 2
+    assert evalflow("sweep", "--sweep", str(sweep), "--config", "configs/demo.yaml").exit_code == 2
 
 
-def test_cli_rejects_unknown_grid_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rejects_unknown_grid_key(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("grid:\n  sampling.temp: [0.6, 0.7]\n")
-    assert main(["--sweep", str(sweep), "--config", "configs/demo.yaml"]) == 2
-    assert "'sampling.temp' is not a field" in capsys.readouterr().err
+    result = evalflow("sweep", "--sweep", str(sweep), "--config", "configs/demo.yaml")
+    assert result.exit_code == 2
+    assert "'sampling.temp' is not a field" in result.stderr
 
 
 def test_dotted_paths() -> None:
@@ -105,20 +118,22 @@ def test_sweep_report_puts_points_side_by_side() -> None:
     assert table.header[:3] == ["point", "sampling.temperature", "state"]
     assert table.rows[0] == ["p0", "0.6", "Completed", "25.00% (10.0–50.0%)", "50.00%", "0.250", "r0"]
     assert table.rows[1][2] == "Failed" and table.rows[1][-1] == "boom"
-    md = render_markdown(info, points)
+    view = sweep_view(Store("/store"), info, points)
+    md = render_markdown("sweep.md.j2", view=view)
     assert "runs/r0/report.html" in md and "| p1 | 0.8 | Failed |" in md
-    page = render_html(info, points, "/store")
+    page = render_html("sweep.html.j2", view=view)
     assert "sweep-accuracy" in page and "file:///store/runs/r0/report.html" in page
 
 
-def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
+def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path) -> None:
+    """`python -m flows.sweep` (kept for existing scripts) is `evalflow sweep`."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("base: configs/demo.yaml\ngrid:\n  benchmarks.0.repeats: [1, 3]\n")
     store = tmp_path / "store"
-    assert main(["--sweep", str(sweep), "--config", "configs/demo.yaml", f"store.url={store}", "--dry-run"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    args = ["--sweep", str(sweep), "--config", "configs/demo.yaml", f"store.url={store}", "--dry-run"]
+    out = subprocess.run([sys.executable, "-m", "flows.sweep", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(p["values"], p["rollouts"]["to_generate"]) for p in lines] == [
         ({"benchmarks.0.repeats": 1}, 50),
         ({"benchmarks.0.repeats": 3}, 150),

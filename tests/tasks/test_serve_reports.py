@@ -1,4 +1,4 @@
-"""`python -m tasks.reporting.serve`: a local store served over HTTP on loopback (S3: test_s3_e2e.py)."""
+"""`evalflow reports serve`: a local store served over HTTP on loopback (S3: test_s3_e2e.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def store_dir(tmp_path: Path) -> Path:
 
 def test_serve_a_local_store_from_the_command_line(store_dir: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tasks.reporting.serve", "--store", str(store_dir), "--port", "0"],
+        [str(Path(sys.executable).with_name("evalflow")), "reports", "serve", "--store", str(store_dir), "--port", "0"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
