@@ -69,11 +69,15 @@ lint: sync
 	$(RUN) ruff format --check .
 	$(RUN) lint-imports
 
+# Two lanes: every test that needs no vLLM server on both cores (one file per worker), then the
+# end-to-end tests one at a time against the real server (they share one and must not overlap).
+FAST := pytest -x -m "not e2e" -n 2 --dist loadfile --timeout=1800 --durations=30
 test: runtime browser lint
-	$(RUN) pytest -x --timeout=1800 --durations=30
+	$(RUN) $(FAST)
+	$(RUN) pytest -x -m e2e --timeout=1800 --durations=30
 
 test-fast: runtime browser
-	$(RUN) pytest -x -m "not e2e" --timeout=1800 --durations=30
+	$(RUN) $(FAST)
 
 format: sync
 	$(RUN) ruff format .
