@@ -60,7 +60,8 @@ def plan_run(config: EvalConfig) -> dict[str, Any]:
     located and hashed (memoised), and every batch is looked up in the cache, so the numbers match
     what a real run then does.
     """
-    config, store = (resolved := resolve(config)).config, resolved.store
+    resolved = resolve(config)
+    config, store = resolved.config, resolved.store
     benchmarks = load_benchmarks(config, store)
     if config.server.mode == "managed":
         model_plan = plan_model(config.model, config.server.runtime)
@@ -101,7 +102,8 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         summary = plan_run(config)
         logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
         return summary
-    config, store = (resolved := resolve(config)).config, resolved.store  # a missing block fails here
+    resolved = resolve(config)  # a missing block fails here, naming the field
+    config, store = resolved.config, resolved.store
     stages = Stages()
     run_id = new_run_id()
     run_dir = store.path("runs", run_id)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from core.config import ModelConfig, ServerConfig
-from tasks.checkpoints import prepare
+from tasks.checkpoints import jobs
 from tasks.checkpoints.light_check import safetensors_header
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime.venv import Runtime
@@ -55,7 +55,7 @@ def test_converted_dcp_serves_like_the_original(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(prepare, "MAX_SHARD_BYTES", 100_000_000)  # several shards + index: vLLM's harder case
+    monkeypatch.setattr(jobs, "MAX_SHARD_BYTES", 100_000_000)  # several shards + index: vLLM's harder case
     model = prepare_model_impl(
         ModelConfig(source=str(dcp_nemo), cache_dir=str(tmp_path / "cache"), served_name="dcp-step-1")
     )
