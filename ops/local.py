@@ -76,24 +76,27 @@ def _pid_alive(pid_file: Path) -> int | None:
 
 
 def server(timeout_s: int = 180) -> None:
-    """`prefect server start --background` on 127.0.0.1 unless a server answers, then wait until it does."""
+    """`prefect server start` on 127.0.0.1 in the background unless a server answers, then wait until it does.
+
+    Not `prefect server start --background`: that leaves the server's stdout/stderr on pipes nobody reads
+    once the CLI exits, and the server dies of the broken pipe the first time it logs (here: a scheduler
+    traceback soon after the nightly deployment is created). Ours logs to `.prefect/server.log`.
+    """
     if healthy():
         print(f"Prefect server: {ui_url()} (already running)")
         return
     if "PREFECT_API_URL" in os.environ:
         raise OpsError(f"PREFECT_API_URL={api_url()} does not answer: start that server, or unset the variable")
-    HOME.mkdir(exist_ok=True)
-    pid_file = HOME / "server.pid"  # Prefect's own record of its background server
-    if pid_file.exists() and _pid_alive(pid_file) is None:
-        pid_file.unlink()  # left by a server that is gone (a reboot): Prefect would refuse to start
     started = time.monotonic()
-    if not pid_file.exists():
-        # its own session: a Ctrl-C in this terminal does not reach the server
-        start = ("server", "start", "--background", "--host", "127.0.0.1", "--port", str(PORT), "--analytics-off")
-        if prefect_cli(*start, new_session=True).returncode:
-            raise OpsError("`prefect server start --background` failed (see above)")
+    if _pid_alive(HOME / "server.pid") is None:
+        cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(PORT),
+               "--analytics-off"]  # fmt: skip
+        _spawn("server", cmd)
     if prefect_cli("server", "status", "--wait", "--timeout", str(timeout_s)).returncode:
-        raise OpsError(f"the Prefect server did not answer within {timeout_s} s; `evalflow local stop` stops it")
+        raise OpsError(
+            f"the Prefect server did not answer within {timeout_s} s (log: {HOME / 'server.log'}); "
+            "`evalflow local stop` stops it"
+        )
     print(f"Prefect server: {ui_url()} (started in {time.monotonic() - started:.0f} s, home {HOME})")
 
 
@@ -188,23 +191,26 @@ def run(deployment: str, params: list[str], timeout_s: int = 3600) -> int:
     return 0 if state and state.is_completed() else 1
 
 
+def _stop(pid_file: Path) -> None:
+    """Stop the session a pid file names (SIGTERM, then SIGKILL after 10 s) and remove the file."""
+    pid = _pid_alive(pid_file)
+    if pid:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            if _pid_alive(pid_file) is None:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+        print(f"{pid_file.stem}: stopped (pid {pid})")
+    pid_file.unlink(missing_ok=True)
+
+
 def stop() -> None:
-    """Stop the workers started here, then the background server (`prefect server stop`)."""
+    """Stop the workers started here, then the server started here."""
     for pid_file in sorted(HOME.glob("worker-*.pid")):
-        pid = _pid_alive(pid_file)
-        if pid:
-            os.killpg(pid, signal.SIGTERM)
-            for _ in range(100):
-                if _pid_alive(pid_file) is None:
-                    break
-                time.sleep(0.1)
-            else:
-                os.killpg(pid, signal.SIGKILL)
-            print(f"{pid_file.stem}: stopped (pid {pid})")
-        pid_file.unlink()
-    if HOME.is_dir():
-        subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "server", "stop"],
-                       env={**child_env(), "PREFECT_HOME": str(HOME)}, check=False)  # fmt: skip
+        _stop(pid_file)
+    _stop(HOME / "server.pid")
 
 
 def demo() -> int:

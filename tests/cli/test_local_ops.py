@@ -94,7 +94,8 @@ def test_local_server_uses_the_server_that_answers(
 
 
 def test_background_server_starts_once_and_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`prefect server start --background` with its own home, then `prefect server stop`."""
+    """`prefect server start` in its own session and home, its output in a file (not on a pipe that
+    closes when the starter exits: the server would die of it when it first logs), then stopped."""
     port = free_port()
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setattr(local, "HOME", tmp_path / ".prefect")
@@ -103,7 +104,10 @@ def test_background_server_starts_once_and_stops(tmp_path: Path, monkeypatch: py
     try:
         local.server()
         assert local.healthy()
-        assert (tmp_path / ".prefect" / "server.pid").is_file()  # Prefect's record, in our home
+        pid = int((tmp_path / ".prefect" / "server.pid").read_text())
+        log = tmp_path / ".prefect" / "server.log"
+        assert os.readlink(f"/proc/{pid}/fd/1") == os.readlink(f"/proc/{pid}/fd/2") == str(log)
+        assert "prefect config set PREFECT_API_URL" in log.read_text()  # Prefect's banner, kept
         settings = httpx.get(f"http://127.0.0.1:{port}/api/admin/settings", timeout=10).json()
         assert settings["server"]["analytics_enabled"] is False
     finally:
