@@ -123,6 +123,15 @@ def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: De
     assert found["eval/smoke"].work_pool_name == "evalflow-cpu"
     (nightly,) = found["eval/nightly-baseline"].schedules
     assert (nightly.schedule.cron, nightly.schedule.timezone, nightly.active) == ("0 2 * * *", "UTC", True)
+
+    async def scheduled(client: Any) -> list[Any]:  # the server's scheduler creates the nightly runs
+        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+        flt = DeploymentFilter(id=DeploymentFilterId(any_=[found["eval/nightly-baseline"].id]))
+        return await client.read_flow_runs(deployment_filter=flt)
+
+    runs = wait_for(lambda: deployed.call(scheduled), 120, "the scheduler to create eval/nightly-baseline runs")
+    assert all(run.state_name == "Scheduled" and run.expected_start_time.hour == 2 for run in runs)
     # the UI renders EvalConfig as a form from this schema
     schema = found["eval/smoke"].parameter_openapi_schema
     assert {"model", "server", "sampling", "benchmarks", "store"} <= set(
