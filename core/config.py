@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -139,6 +139,22 @@ class BenchmarkConfig(_Strict):
             raise ValueError(f"unknown benchmark {value!r}; known: {', '.join(sorted(ENVS))}")
         return value
 
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Options the environment does not take, or values it rejects, fail here (naming
+        benchmarks.N.options), not at planning time."""
+        from envs.registry import get_env
+
+        name = info.data.get("name")
+        if name is None:  # the name itself was invalid: that error is reported
+            return value
+        try:
+            get_env(name, **value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(" ".join(str(exc).split())) from None
+        return value
+
 
 class CollectionConfig(_Strict):
     batch_size: int = Field(64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
@@ -150,6 +166,16 @@ class CollectionConfig(_Strict):
     )
     request_timeout_s: float = Field(300.0, gt=0)
     max_request_retries: int = Field(4, ge=0, description="retries of a transient request error, with backoff")
+    batch_retries: int = Field(
+        2, ge=0, description="retries of a batch whose rollouts failed transiently (each redoes only the failed ones)"
+    )
+    max_failed_share: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="share of rollouts that may fail transiently (after retries) before the run ends Failed; "
+        "any configuration failure (401, 404, a rejected option) always fails the run",
+    )
 
 
 class StoreConfig(_Strict):

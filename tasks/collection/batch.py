@@ -1,5 +1,10 @@
 """The batch task: one batch of rollouts collected concurrently and written as one parquet file,
-cached by the batch's content key so a finished batch is never collected again."""
+cached by the batch's content key so a finished batch is never collected again.
+
+A batch with failed rollouts (see tasks.collection.failures) fails: nothing is cached, and the
+rollouts that did finish are kept in the store (`cache/partial/<batch cache key>.parquet`), so a
+retry of the task, a rerun or the UI's Retry collects only the rest, and a run whose retries ran out
+still analyses them."""
 
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
+from prefect.serializers import JSONSerializer
 
 from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
+from tasks.collection.failures import BatchFailed, FailureSummary, RolloutFailed
 from tasks.collection.plan import Batch, BatchResult, batch_url
 from tasks.collection.rollout import CollectContext, rollout
 
@@ -26,12 +33,45 @@ def write_batch(store: Store, url: str, records: list[dict[str, Any]]) -> None:
     store.write_bytes(url, to_parquet_bytes(records))  # atomic: never a half-written batch
 
 
+def partial_url(store: Store, batch: Batch) -> str:
+    """Where a failed batch keeps its finished rollouts: keyed by content like the batch cache, never
+    read as a finished batch."""
+    return store.path("cache", "partial", f"{batch.cache_key}.parquet")
+
+
+def _kept(store: Store, url: str, batch: Batch) -> dict[tuple[str, int], dict[str, Any]]:
+    """Finished rollouts an earlier attempt of this batch kept, by (prompt_id, repeat)."""
+    if not store.exists(url):
+        return {}
+    import pyarrow.parquet as pq
+
+    with store.open(url, "rb") as f:
+        rows = pq.read_table(f).to_pylist()
+    return {(r["prompt_id"], r["repeat"]): r for r in rows if r.get("batch_key") == batch.key}
+
+
 async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
     started = time.perf_counter()
-    records = await asyncio.gather(*(rollout(ctx, env, batch, row, r) for row in batch.rows for r in batch.repeats))
+    partial = partial_url(ctx.store, batch)
+    kept = _kept(ctx.store, partial, batch)
+
+    async def one(row: dict[str, Any], repeat: int) -> dict[str, Any]:
+        earlier = kept.get((env.prompt_id(row), repeat))
+        return earlier if earlier is not None else await rollout(ctx, env, batch, row, repeat)
+
+    outcomes = await asyncio.gather(*(one(row, r) for row in batch.rows for r in batch.repeats), return_exceptions=True)
+    records = [o for o in outcomes if isinstance(o, dict)]
+    failures = [_as_failure(o) for o in outcomes if not isinstance(o, dict)]
     records.sort(key=lambda rec: (rec["prompt_id"], rec["repeat"]))
+    if failures:
+        if records:
+            write_batch(ctx.store, partial, records)
+        summary = FailureSummary.of(batch.benchmark, batch.index, batch.size, failures)
+        raise BatchFailed(summary, partial if records else None)
     url = batch_url(ctx.run_dir, batch)
     write_batch(ctx.store, url, records)
+    if kept:
+        ctx.store.remove(partial)
     return BatchResult(
         url=url,
         rollouts=len(records),
@@ -39,6 +79,16 @@ async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> Bat
         completion_tokens=sum(rec.get("completion_tokens") or 0 for rec in records),
         seconds=time.perf_counter() - started,
     )
+
+
+def _as_failure(exc: BaseException) -> RolloutFailed:
+    """Any exception of a rollout as a failure; one that is not a request failure (a scoring bug, say)
+    counts as a configuration failure: it would fail again."""
+    if isinstance(exc, RolloutFailed):
+        return exc
+    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+        raise exc
+    return RolloutFailed("configuration", " ".join(f"{type(exc).__name__}: {exc}".split())[:500])
 
 
 class BatchKeyPolicy(CachePolicy):
@@ -51,13 +101,23 @@ class BatchKeyPolicy(CachePolicy):
         return inputs["batch"].cache_key
 
 
+def _retryable(_task: Any, _task_run: Any, state: Any) -> bool:
+    """Prefect's retry condition: a failure that says it is a configuration error is not retried."""
+    failure = state.data
+    return not (isinstance(failure, BatchFailed) and not failure.transient)
+
+
 @task(
     name="collect-batch",
     task_run_name="{batch.benchmark}-batch-{batch.index}",
     retries=2,
     retry_delay_seconds=10,
+    # a configuration failure (wrong model name, key) would fail again: only transient ones are retried
+    retry_condition_fn=_retryable,
     persist_result=True,
-    result_serializer="json",  # the record is plain JSON (BatchResult.as_record), readable by any version
+    # the record is plain JSON (BatchResult.as_record), readable by any version; a failed batch is
+    # written as evalflow's own line, never as the exception (failures.persisted_form)
+    result_serializer=JSONSerializer(object_encoder="tasks.collection.failures.persisted_form"),
     cache_policy=BatchKeyPolicy(),
 )
 async def collect_batch(ctx: CollectContext, env: Env, batch: Batch) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from core.schema import to_json
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
 from tasks.collection.concurrency import Limiter, make_limiter, request_priority
+from tasks.collection.failures import RolloutFailed, classify, describe
 from tasks.collection.plan import Batch, rollout_seed
 from tasks.serving.server import Endpoint
 
@@ -40,6 +41,9 @@ class CollectContext:
     # the server, and raises if it cannot
     server_ready: Callable[[], Awaitable[None]] | None = None
     limiter: Limiter | None = None
+    # set by the first configuration failure (wrong model name, key, option): every later request of
+    # the run fails at once with it instead of asking the server the same wrong question again
+    abort: RolloutFailed | None = None
     _client: openai.AsyncOpenAI | None = None
 
     def client(self) -> openai.AsyncOpenAI:
@@ -59,27 +63,36 @@ class CollectContext:
         return self.limiter
 
 
-TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
-PERMANENT = (openai.BadRequestError, openai.UnprocessableEntityError, openai.NotFoundError)
-
-
 async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kwargs: Any) -> Any:
-    """Retry transient errors (connection reset, timeout, 429, 5xx) with jittered exponential backoff.
+    """A chat completion, or with `plain` a (legacy) text completion of `prompt`.
 
-    A chat completion, or with `plain` a (legacy) text completion of `prompt`."""
+    Transient errors (connection, timeout, 429, 5xx) are retried with jittered exponential backoff and
+    raise RolloutFailed when they persist; configuration errors (401, 403, 404, a rejected option)
+    raise RolloutFailed at once and stop the run's other requests; a prompt that does not fit the
+    context raises the openai error itself, for the rollout to record as the model's outcome."""
     attempt = 0
+    secrets = (ctx.endpoint.api_key,)
     while True:
+        if ctx.abort is not None:
+            raise ctx.abort
         try:
             if plain:
                 return await ctx.client().completions.create(**kwargs)
             return await ctx.client().chat.completions.create(**kwargs)
-        except TRANSIENT:
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            kind = classify(exc)
+            if kind == "outcome":
+                raise
+            failure = RolloutFailed(kind, describe(exc, ctx.endpoint.base_url, secrets))
+            if kind == "configuration":
+                ctx.abort = ctx.abort or failure
+                raise failure from None
             attempt += 1
             if attempt > ctx.collection.max_request_retries:
-                raise
-            if ctx.server_ready is not None:
-                await ctx.server_ready()
-            await asyncio.sleep(min(20.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
+                raise failure from None
+        if ctx.server_ready is not None:
+            await ctx.server_ready()
+        await asyncio.sleep(min(20.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
 async def _chat(ctx: CollectContext, **kwargs: Any) -> tuple[Any, float]:
@@ -93,12 +106,14 @@ async def _chat(ctx: CollectContext, **kwargs: Any) -> tuple[Any, float]:
     return response, latency
 
 
-def _permanent_error(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+def _outcome_error(ctx: CollectContext, exc: openai.APIStatusError) -> str:
+    """A request the model could not answer (prompt longer than the context), as the record's error."""
+    return describe(exc, ctx.endpoint.base_url, (ctx.endpoint.api_key,))
 
 
 async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
-    """One rollout -> one scored record. Permanent request errors (4xx) are recorded, not raised."""
+    """One rollout -> one scored record. A prompt that does not fit the context is recorded (the model's
+    outcome); any other request failure raises RolloutFailed (see tasks.collection.failures)."""
     prompt_id = env.prompt_id(row)
     seed = rollout_seed(ctx.sampling.seed, prompt_id, repeat)
     record: dict[str, Any] = {
@@ -134,8 +149,8 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     started = time.perf_counter()
     try:
         response, latency = await _chat(ctx, **request, seed=seed, stop=env.stop())
-    except PERMANENT as exc:  # e.g. a prompt longer than the context: recorded and counted, not retried
-        record.update(error=_permanent_error(exc), latency_s=time.perf_counter() - started)
+    except openai.APIStatusError as exc:  # only "outcome" errors get here: recorded and counted, not retried
+        record.update(error=_outcome_error(ctx, exc), latency_s=time.perf_counter() - started)
         return record
     choice = response.choices[0]
     completion = (choice.message.content if prompt is None else choice.text) or ""
@@ -200,8 +215,8 @@ async def _multi_turn(
         started = time.perf_counter()
         try:
             response, took = await _chat(ctx, **kwargs)
-        except PERMANENT as exc:
-            record["error"] = _permanent_error(exc)
+        except openai.APIStatusError as exc:  # the conversation outgrew the context: the episode ends
+            record["error"] = _outcome_error(ctx, exc)
             latency += time.perf_counter() - started
             break
         latency += took

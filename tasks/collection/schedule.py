@@ -5,19 +5,65 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.collection.concurrency import Limiter, request_priority
+from tasks.collection.failures import BatchFailed
 from tasks.collection.plan import BatchResult, Planned, batch_url
 from tasks.collection.progress import Progress
 from tasks.collection.rollout import CollectContext
 
 
-async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> list[BatchResult]:
+@dataclass
+class Collected:
+    """What a collection produced: the finished batches and the failed ones (whose finished rollouts
+    are kept at `BatchFailed.kept_url`)."""
+
+    results: list[BatchResult]
+    failed: list[BatchFailed] = field(default_factory=list)
+    planned_rollouts: int = 0
+
+    @property
+    def failed_rollouts(self) -> int:
+        return sum(f.summary.failed for f in self.failed)
+
+    def status(self, max_failed_share: float) -> dict[str, Any]:
+        """The run's state from its failures: "failed" on any configuration failure or when more than
+        `max_failed_share` of the planned rollouts failed transiently, "incomplete" when fewer did,
+        else "complete". Only a complete run is ever a baseline."""
+        failed = self.failed_rollouts
+        share = failed / self.planned_rollouts if self.planned_rollouts else 0.0
+        configuration = [f for f in self.failed if not f.transient]
+        if configuration:
+            state, why = "failed", f"configuration failure: {configuration[0].summary.line()}"
+        elif share > max_failed_share:
+            state, why = (
+                "failed",
+                (
+                    f"{failed} of {self.planned_rollouts} rollouts ({share:.1%}) failed transiently, more than "
+                    f"collection.max_failed_share ({max_failed_share:.1%}); first: {self.failed[0].summary.line()}"
+                ),
+            )
+        elif failed:
+            state, why = (
+                "incomplete",
+                (
+                    f"{failed} of {self.planned_rollouts} rollouts ({share:.1%}) failed transiently and are left "
+                    f"out; a rerun collects only them. First: {self.failed[0].summary.line()}"
+                ),
+            )
+        else:
+            state, why = "complete", ""
+        return {"state": state, "reason": why, "failed_rollouts": failed, "planned_rollouts": self.planned_rollouts,
+                "failed_batches": [f.summary.as_record() for f in self.failed]}  # fmt: skip
+
+
+async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> Collected:
     """Reuse cached batches; run the others a few at a time. Requests share one limiter, earlier batches
     first, so batches overlap their tails and the oldest open one finishes first. As many batches are
     open as fill the (possibly growing) request limit, plus one. A failed batch does not stop the
-    others: what finishes is kept."""
+    others: what finishes is kept, and failed batches are returned for the run to judge."""
     progress = Progress(sum(p.batch.size for p in work))
     await progress.start()
     requests = ctx.requests()
@@ -49,11 +95,15 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
         return result
 
     outcomes = await asyncio.gather(*(one(i, item) for i, item in enumerate(work)), return_exceptions=True)
-    failures = [o for o in outcomes if isinstance(o, BaseException)]
-    if failures:
-        done = len(work) - len(failures)
+    errors = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, BatchFailed)]
+    if errors:  # not a rollout failure (the server died and could not be restarted, a store error)
+        done = sum(isinstance(o, BatchResult) for o in outcomes)
         raise RuntimeError(
-            f"{len(failures)} of {len(work)} batches failed ({done} finished and kept for a rerun); "
-            f"first error: {failures[0]!r}"
-        ) from failures[0]
-    return [o for o in outcomes if isinstance(o, BatchResult)]
+            f"{len(errors)} of {len(work)} batches failed ({done} finished and kept for a rerun); "
+            f"first error: {type(errors[0]).__name__}: {errors[0]}"
+        ) from errors[0]
+    return Collected(
+        results=[o for o in outcomes if isinstance(o, BatchResult)],
+        failed=[o for o in outcomes if isinstance(o, BatchFailed)],
+        planned_rollouts=sum(p.batch.size for p in work),
+    )

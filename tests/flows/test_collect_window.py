@@ -56,7 +56,7 @@ def run(tmp_path: Any, batches: int, concurrency: int, grow_after: int | None = 
     env = get_env("gsm8k")
     work = [Planned(env, Batch("gsm8k", i, f"k{i}", tuple({"i": n} for n in range(4)), (0,))) for i in range(batches)]
     recorder = Recorder(ctx, grow_after)
-    results = asyncio.run(collect_all(ctx, work, recorder))
+    results = asyncio.run(collect_all(ctx, work, recorder)).results
     assert [r.rollouts for r in results] == [4] * batches
     return recorder
 

@@ -1,0 +1,139 @@
+"""What a request error means for a rollout: a model outcome (recorded and scored), or a failure of
+the run's set-up (configuration) or of the moment (transient) that must never be cached as a result.
+
+- outcome: a 400/422 that says the prompt does not fit the context (vLLM's "maximum context length"
+  family). The model really cannot answer it: the rollout is recorded with its error and scores 0.
+- configuration: 401, 403, 404 (wrong key, wrong model name, wrong URL path) and any other 400/422
+  (a sampling or tool option the server rejects). Retrying cannot help; the run stops collecting.
+- transient: connection errors, timeouts, 408, 409, 429, 5xx. Retried with backoff; if they persist
+  the batch fails and is collected again by the next run or the UI's Retry.
+
+Only evalflow's own one-line descriptions leave this module: never an exception or request object
+(an openai exception holds the request, and its headers hold the API key).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+import openai
+
+Kind = Literal["outcome", "configuration", "transient"]
+
+# vLLM's wording when prompt + max_tokens exceed the model's context (several versions' variants).
+_TOO_LONG = re.compile(
+    r"maximum context length|maximum model length|context length is|is too long|too many tokens"
+    r"|reduce the length|'max_tokens' or 'max_completion_tokens' is too large|longer than the maximum",
+    re.IGNORECASE,
+)
+
+
+def classify(exc: BaseException) -> Kind:
+    """The kind of a request error (see the module docstring); anything unknown is a configuration
+    failure, so that nothing unexplained is counted as the model's answer."""
+    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
+        return "transient"
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        if status in (400, 422):
+            return "outcome" if _TOO_LONG.search(_server_message(exc)) else "configuration"
+        if status in (408, 409, 429) or status >= 500:
+            return "transient"
+        return "configuration"
+    return "configuration"
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    """The server's own error message (vLLM: body.message), else the exception's text."""
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else body.get("message")
+        if message:
+            return str(message)
+    return exc.message
+
+
+def describe(exc: BaseException, base_url: str, secrets: tuple[str, ...] = ()) -> str:
+    """One line naming the error, the server and what it said; `secrets` (the API key) are masked."""
+    if isinstance(exc, openai.APIStatusError):
+        text = f"HTTP {exc.status_code} {type(exc).__name__} from {base_url}: {_server_message(exc)}"
+    elif isinstance(exc, openai.APITimeoutError):
+        text = f"{type(exc).__name__}: no answer from {base_url} within the request timeout"
+    elif isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        text = f"{type(exc).__name__}: cannot reach {base_url}" + (f" ({cause})" if cause else "")
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    line = " ".join(text.split())[:500]
+    for secret in secrets:
+        if secret:
+            line = line.replace(secret, "***")
+    return line
+
+
+class RolloutFailed(Exception):
+    """A rollout that could not be collected (configuration or transient): never part of a result."""
+
+    def __init__(self, kind: Kind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FailureSummary:
+    """The failed rollouts of one batch: how many, of which kind, the most common reasons."""
+
+    benchmark: str
+    index: int
+    size: int
+    failed: int
+    kind: Kind  # "configuration" if any failure was one, else "transient"
+    reasons: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, benchmark: str, index: int, size: int, failures: list[RolloutFailed]) -> FailureSummary:
+        kind: Kind = "configuration" if any(f.kind == "configuration" for f in failures) else "transient"
+        reasons = tuple(Counter(f.message for f in failures).most_common(3))
+        return cls(benchmark, index, size, len(failures), kind, reasons)
+
+    def line(self) -> str:
+        top = "; ".join(f"{n}x {reason}" for reason, n in self.reasons)
+        return f"{self.benchmark} batch {self.index}: {self.failed} of {self.size} rollouts failed ({self.kind}): {top}"
+
+    def as_record(self) -> dict[str, object]:
+        return {"benchmark": self.benchmark, "index": self.index, "size": self.size, "failed": self.failed,
+                "kind": self.kind, "reasons": [list(r) for r in self.reasons]}  # fmt: skip
+
+
+class BatchFailed(Exception):
+    """A batch with failed rollouts: the task fails (nothing is cached); its message is evalflow's own."""
+
+    def __init__(self, summary: FailureSummary, kept_url: str | None = None) -> None:
+        super().__init__(summary.line())
+        self.summary = summary
+        self.kept_url = kept_url  # the batch's finished rollouts, if any
+
+    @property
+    def transient(self) -> bool:
+        return self.summary.kind == "transient"
+
+
+class RunFailed(Exception):
+    """A run that ends Failed: a configuration failure, or too many transient ones (the message says which)."""
+
+
+def persisted_form(obj: object) -> dict[str, str]:
+    """The JSON result serializer's `object_encoder` for batch tasks: what Prefect writes to the store
+    when a batch fails. Only evalflow's own line for a BatchFailed, only the type name for anything
+    else: an exception (an openai one holds the request and its `authorization` header) is never
+    written."""
+    if isinstance(obj, BatchFailed):
+        return {"failed": "BatchFailed", "message": obj.summary.line()}
+    if isinstance(obj, BaseException):
+        return {"failed": type(obj).__name__}
+    raise TypeError(f"a batch result holds only plain JSON, not {type(obj).__name__}")
