@@ -26,18 +26,22 @@ from core.logs import Stages, get_logger
 from core.overrides import config_data
 from core.resolve import resolve
 from core.secrets import redact
+from core.store import Store
+from envs.base import SingleTurnEnv
 from envs.registry import metric_specs
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import FileLockManager, lock_directory, result_storage
-from tasks.collection.plan import load_benchmarks, plan
+from tasks.collection.failures import RunFailed
+from tasks.collection.plan import Benchmark, load_benchmarks, plan
 from tasks.collection.rollout import CollectContext
-from tasks.collection.schedule import collect_all
+from tasks.collection.schedule import Collected, collect_all
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import format_terminal_summary, report_task
 from tasks.runtime.venv import ensure_runtime
+from tasks.serving.preflight import check_endpoint
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
 
 
@@ -53,28 +57,62 @@ def _stop_servers(*_: Any, **__: Any) -> None:
     VLLMServer.stop_all()
 
 
-def plan_run(config: EvalConfig) -> dict[str, Any]:
-    """What a run would do, starting nothing: no conversion, no server, no store writes.
+def _plain(benchmark: Benchmark) -> bool:
+    """Whether the benchmark sends plain text completions (a base model's prompt), not chat."""
+    env = benchmark.env
+    return isinstance(env, SingleTurnEnv) and bool(benchmark.rows) and env.prompt(benchmark.rows[0]) is not None
 
-    The blocks the config names are applied, datasets are loaded and validated, the model source is
-    located and hashed (memoised), and every batch is looked up in the cache, so the numbers match
-    what a real run then does.
-    """
-    resolved = resolve(config)
+
+def _check_endpoint(endpoint: Endpoint, config: EvalConfig, benchmarks: list[Benchmark]) -> None:
+    """The endpoint serves the model and answers the kinds of request the benchmarks send."""
+    check_endpoint(
+        endpoint,
+        url_field="server.base_url" if config.server.mode == "external" else "the managed vLLM server",
+        name_field="model.served_name" if config.model.served_name else "model.source",
+        chat=not all(_plain(b) for b in benchmarks),
+        plain=any(_plain(b) for b in benchmarks),
+    )
+
+
+def external_endpoint(config: EvalConfig) -> Endpoint:
+    assert config.server.base_url, "external mode needs server.base_url (checked by the config)"
+    name = config.model.served_name or config.model.source
+    return Endpoint(config.server.base_url, name, config.server.api_key.get_secret_value())
+
+
+def preflight(config: EvalConfig, probe: bool = True) -> tuple[EvalConfig, Store, list[Benchmark], dict[str, Any]]:
+    """Every check that costs seconds, before anything that costs minutes: blocks resolve, the store is
+    writable, datasets load and validate, the model source is located and hashed. Returns (config
+    with blocks applied, store, benchmarks, model plan). Without `probe` (a dry run) a local store is
+    checked without creating it."""
+    resolved = resolve(config)  # a missing block fails here, naming the field
     config, store = resolved.config, resolved.store
+    store.check_writable(probe=probe)
     benchmarks = load_benchmarks(config, store)
     if config.server.mode == "managed":
-        model_plan = plan_model(config.model, config.server.runtime)
-        fingerprint = model_plan.get("fingerprint")
-    else:
-        name = config.model.served_name or config.model.source
-        model_plan = {"action": f"none: external server {config.server.base_url}", "served_name": name}
-        fingerprint = f"external:{name}"
+        return config, store, benchmarks, plan_model(config.model, config.server.runtime)
+    name = external_endpoint(config).model
+    plan = {"action": f"none: external server {config.server.base_url}", "served_name": name}
+    return config, store, benchmarks, {**plan, "fingerprint": f"external:{name}"}
+
+
+def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
+    """What a run would do, starting nothing: no conversion, no server, no store writes (but the
+    store's write probe with `probe`, as a real run's command line does before it starts).
+
+    The run's preflight runs (blocks, store, datasets, model source), every batch is looked up in the
+    cache, so the numbers match what a real run then does, and an external endpoint that would be
+    asked for rollouts is checked (it serves the model and answers a 1-token request).
+    """
+    config, store, benchmarks, model_plan = preflight(config, probe=probe)
+    fingerprint = model_plan.get("fingerprint")
     storage = result_storage(store, save=False)
     work = plan(benchmarks, config, fingerprint, storage, store) if fingerprint else []
     cached = [p for p in work if p.cached is not None]
     total = sum(b.repeats * len(b.rows) for b in benchmarks)
     to_generate = total - sum(p.batch.size for p in cached)
+    if to_generate and config.server.mode == "external":
+        _check_endpoint(external_endpoint(config), config, benchmarks)
     return {
         "config": redact(config.model_dump(mode="json")),
         "model": model_plan,
@@ -95,6 +133,9 @@ def plan_run(config: EvalConfig) -> dict[str, Any]:
 async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]:
     """Evaluate one model on the configured benchmarks and write the report.
 
+    The run ends Failed (report written if any rollout finished, never a baseline) on a configuration
+    failure or when more than collection.max_failed_share of its rollouts failed transiently.
+
     With `dry_run`, report what would be converted, started and generated, and start nothing.
     """
     logger = get_logger()
@@ -102,18 +143,14 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         summary = plan_run(config)
         logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
         return summary
-    resolved = resolve(config)  # a missing block fails here, naming the field
-    config, store = resolved.config, resolved.store
     stages = Stages()
+    with stages("validate"):
+        config, store, benchmarks, _ = preflight(config)
     run_id = new_run_id()
     run_dir = store.path("runs", run_id)
     started_at = datetime.now(UTC)
     flow_ctx = FlowRunContext.get()
     logger.info("run %s -> %s", run_id, run_dir)
-
-    with stages("validate"):
-        store.check_writable()
-        benchmarks = load_benchmarks(config, store)
 
     with stages("prepare_model"):
         if config.server.mode == "managed":
@@ -126,6 +163,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
 
     storage = result_storage(store)
     batch_task = collect_batch.with_options(
+        retries=config.collection.batch_retries,
         result_storage=storage,
         cache_policy=BatchKeyPolicy().configure(
             lock_manager=FileLockManager(lock_directory(store)), isolation_level="SERIALIZABLE"
@@ -153,9 +191,10 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
                 server = VLLMServer(runtime, model, config.server, local_logs / "vllm.log")
                 endpoint = server.start()
                 server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path)}
+                _check_endpoint(endpoint, config, benchmarks)
             else:
-                assert config.server.base_url
-                endpoint = Endpoint(config.server.base_url, model.served_name, config.server.api_key.get_secret_value())
+                endpoint = external_endpoint(config)
+                _check_endpoint(endpoint, config, benchmarks)
         with stages("collect"):
             ctx = CollectContext(
                 run_id=run_id,
@@ -169,10 +208,10 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             if server is not None:
                 async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:
                     ctx.server_ready = watchdog.wait_ready
-                    results = await collect_all(ctx, work, batch_task)
+                    collected = await collect_all(ctx, work, batch_task)
                 server_info["restarts"] = watchdog.restarts
             else:
-                results = await collect_all(ctx, work, batch_task)
+                collected = await collect_all(ctx, work, batch_task)
     finally:
         if server is not None:
             with stages("stop_server"):
@@ -180,13 +219,19 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         if not store.is_local and (local_logs / "vllm.log").exists():
             store.write_bytes(store_paths.join(run_dir, "logs", "vllm.log"), (local_logs / "vllm.log").read_bytes())
 
-    files = [r.url for r in results]
+    status = collected.status(config.collection.max_failed_share)
+    files = [r.url for r in collected.results] + _kept_rollouts(store, run_dir, collected)
+    if status["state"] != "complete":
+        logger.warning("run %s is %s: %s", run_id, status["state"].upper(), status["reason"])
+    if status["state"] == "failed" and not files:
+        raise RunFailed(f"run {run_id} failed, no rollout finished: {status['reason']}")
     with stages("analyze"):
         metrics = analyze_task(files, store, metric_specs(b.name for b in config.benchmarks))
     with stages("report"):
         run_info = {
             "run_id": run_id,
             "run_name": config.run_name,
+            "status": status,
             "flow_run_id": str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
             "model": model.served_name,
             "model_source": model.source,
@@ -197,14 +242,17 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             "timings": stages.seconds,
             "deployment": prefect_deployment.name,  # None outside a deployment run
         }
-        # the latest earlier run of the same deployment (or run name) with these benchmarks
+        # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, run_info, read_entries(store), config.baseline_run_id)
         urls = report_task(run_dir, metrics, run_info, files, store, comparison=comparison)
     summary = format_terminal_summary(metrics, urls)
     logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)
+    if status["state"] == "failed":  # the report says so at its top; the flow run ends Failed
+        raise RunFailed(f"run {run_id} failed: {status['reason']} (report: {urls['html']})")
     return {
         "run_id": run_id,
         "run_dir": run_dir,
+        "status": status["state"],
         "reports": urls,
         "timings_s": stages.seconds,
         "metrics": metrics.model_dump(mode="json"),
@@ -212,6 +260,19 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         "batches": {"total": len(work), "cached": len(work) - len(missing)},
         "server": server_info,
     }
+
+
+def _kept_rollouts(store: Store, run_dir: str, collected: Collected) -> list[str]:
+    """The finished rollouts of failed batches, copied into the run folder for its analysis."""
+    urls = []
+    for failure in collected.failed:
+        if failure.kept_url:
+            target = store_paths.join(
+                run_dir, "partial", failure.summary.benchmark, f"{failure.summary.index:05d}.parquet"
+            )
+            store.copy(failure.kept_url, target)
+            urls.append(target)
+    return urls
 
 
 # --- command line ---------------------------------------------------------------------------------

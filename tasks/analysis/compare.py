@@ -163,6 +163,12 @@ def compare(
 # Finding the baseline among the run index's entries
 
 
+def is_complete(entry: Entry) -> bool:
+    """Whether an index entry's run collected every rollout it planned (entries from before runs had
+    a status were written only for runs that did)."""
+    return entry.get("status", "complete") == "complete"
+
+
 def find_baseline(
     entries: Iterable[Entry],
     deployment: str | None,
@@ -176,8 +182,9 @@ def find_baseline(
     `run_id` when given; else the latest run of the same deployment (or, for a run outside any
     deployment, the latest one outside a deployment with the same run_name) whose benchmarks include
     all of `benchmarks`. None when nothing matches (runs with neither a deployment nor a run name
-    have no automatic baseline)."""
-    others = [e for e in entries if e.get("run_id") != exclude_run_id]
+    have no automatic baseline). A run that did not complete (failed, or with rollouts missing) is never
+    a baseline, not even when named."""
+    others = [e for e in entries if e.get("run_id") != exclude_run_id and is_complete(e)]
     if run_id is not None:
         return next((e for e in others if e.get("run_id") == run_id), None)
     if deployment:
@@ -213,6 +220,7 @@ def baseline_comparison(
 
     A missing or unreadable baseline never fails the run that asked: it is logged and skipped.
     """
+    entries = list(entries)
     entry = find_baseline(
         entries,
         run_info.get("deployment"),
@@ -223,7 +231,9 @@ def baseline_comparison(
     )
     if entry is None:
         if baseline_run_id:
-            logger.warning("baseline run %s is not in the index of %s", baseline_run_id, store.url)
+            named = next((e for e in entries if e.get("run_id") == baseline_run_id), None)
+            why = "did not complete, so it is not a baseline" if named else f"is not in the index of {store.url}"
+            logger.warning("baseline run %s %s", baseline_run_id, why)
         return None
     try:
         baseline, baseline_info = load_run_metrics(store, entry)

@@ -74,6 +74,7 @@ def index_entry(
     return {
         "run_id": run_info.get("run_id"),
         "run_name": run_info.get("run_name"),
+        "status": (run_info.get("status") or {}).get("state", "complete"),
         "deployment": run_info.get("deployment"),
         "flow_run_id": run_info.get("flow_run_id"),
         "model": run_info.get("model"),

@@ -35,6 +35,7 @@ class StoredEntry(BaseModel):
     started_at: str | None = None
     finished_at: str | None = None
     report: str | None = None
+    status: str = "complete"  # runs indexed before statuses existed all completed
     headline: dict[str, StoredHeadline] = Field(default_factory=dict)
 
     @property
@@ -61,6 +62,7 @@ class IndexRow:
 
     run_id: str
     label: str  # the run name, else its id
+    status: str  # complete | incomplete | failed
     href: str
     finished: str
     group: str
@@ -89,6 +91,7 @@ def _rows(entry: StoredEntry) -> list[IndexRow]:
     base = {
         "run_id": run_id,
         "label": entry.run_name or entry.run_id or "?",
+        "status": entry.status,
         "href": entry.href,
         "finished": (entry.finished_at or NONE)[:19].replace("T", " "),
         "group": entry.group,
@@ -171,7 +174,7 @@ def index_view(entries: list[dict[str, Any]]) -> IndexView:
     return IndexView(
         title="evalflow runs",
         runs=len(stored),
-        trends=trend_charts(stored),
+        trends=trend_charts([e for e in stored if e.status == "complete"]),  # a failed run is not a point
         rows=[row for entry in stored for row in _rows(entry)],
     )
 

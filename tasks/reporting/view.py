@@ -42,6 +42,7 @@ class BenchmarkView:
 @dataclass(frozen=True)
 class ReportView:
     title: str
+    status: str | None  # why the run is not complete (failed / rollouts missing); None when it is
     comparison: ComparisonView | None
     headline: Table
     headline_charts: list[Chart]
@@ -53,6 +54,17 @@ class ReportView:
 
 def report_title(run_info: Mapping[str, Any]) -> str:
     return f"Evaluation report: {run_info.get('model', '?')} ({run_info.get('run_id', '?')})"
+
+
+def status_banner(run_info: Mapping[str, Any]) -> str | None:
+    """The line at the top of a report whose run did not collect everything it planned."""
+    status = run_info.get("status") or {}
+    state = status.get("state", "complete")
+    if state == "complete":
+        return None
+    if state == "failed":
+        return f"FAILED: {status.get('reason', '')}. These numbers are not a result; this run is never a baseline."
+    return f"INCOMPLETE: {status.get('reason', '')}. Metrics cover the collected rollouts only; never a baseline."
 
 
 def config_json(run_info: Mapping[str, Any]) -> str:
@@ -81,6 +93,7 @@ def report_view(
         )
     return ReportView(
         title=report_title(run_info),
+        status=status_banner(run_info),
         comparison=comparison_view(comparison) if comparison else None,
         headline=headline_table(metrics),
         headline_charts=headline_charts(metrics),
