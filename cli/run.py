@@ -9,7 +9,6 @@ import sys
 from typing import Annotated
 
 import typer
-import yaml
 
 from cli.common import fail
 
@@ -29,25 +28,42 @@ def run(
     Without a Prefect server this runs on Prefect's ephemeral API; with PREFECT_API_URL set, the run
     shows up in that server's UI.
     """
-    # Prefect and the pipeline take seconds to import: only commands that run them pay for it.
-    from core.resolve import BlockNotFound
-    from envs.base import DatasetError
-    from flows.eval import eval_flow, plan_run, resolve_config
-    from tasks.checkpoints.errors import CheckpointError
+    # Prefect and the pipeline take seconds to import: a bad config fails before they are imported.
+    from core.config import EvalConfig
+    from core.overrides import config_data
 
     try:
-        resolved = resolve_config(config, overrides or [])
-    except (ValueError, OSError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+        resolved = EvalConfig.model_validate(config_data(config, overrides or []))
+    except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
         fail("invalid configuration", exc)
+
+    from core.resolve import BlockNotFound
+    from core.store import StoreError
+    from envs.base import DatasetError
+    from flows.eval import eval_flow, plan_run
+    from ops.api import prefect_api
+    from tasks.checkpoints.errors import CheckpointError
+    from tasks.collection.failures import RunFailed
+
+    checks = (CheckpointError, DatasetError, BlockNotFound, StoreError, ValueError, OSError)
     if dry_run:
         try:
             plan = plan_run(resolved)
-        except (CheckpointError, DatasetError, BlockNotFound) as exc:
+        except checks as exc:
             fail("dry run", exc)
         typer.echo(json.dumps(plan, indent=2, default=str))
         return
+    try:  # bad data, model, store or endpoint fail here, in seconds, before the Prefect engine starts
+        plan_run(resolved, probe=True)
+    except checks as exc:
+        fail("cannot start the run", exc)
     # A SIGTERM (`kill`, a cancelled deployment run) unwinds through `finally`: the server is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    result = asyncio.run(eval_flow(resolved))  # the flow logs the summary table
+    try:
+        with prefect_api():
+            result = asyncio.run(eval_flow(resolved))  # the flow logs the summary table
+    except RunFailed as exc:  # logged by the flow with its report; the process says it failed
+        typer.echo(f"run failed: {exc}", err=True)
+        raise typer.Exit(1) from None
     for kind, url in result["reports"].items():
         typer.echo(f"{kind}: {url}")

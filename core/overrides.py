@@ -61,14 +61,33 @@ def apply_override(data: dict[str, Any], dotted: str) -> None:
     set_path(data, key.strip(), yaml.safe_load(raw))
 
 
+def read_config_file(path: Path) -> Any:
+    """A YAML file's data; a missing file or a syntax error is one OverrideError naming file:line:column."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise OverrideError(f"--config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OverrideError(f"--config {path}: cannot read it ({exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = " ".join(f"{exc.context or ''} {exc.problem or ''}".split())
+        raise OverrideError(f"{where}: invalid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise OverrideError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+
+
 def config_data(path: str | Path | None, overrides: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
     """A config file's data (plain containers) with overrides applied, not yet validated."""
     data: dict[str, Any] = {}
     if path:
-        loaded = yaml.safe_load(Path(path).read_text())
+        loaded = read_config_file(Path(path))
         if not isinstance(loaded, dict):
-            raise OverrideError(f"{path}: the config must be a mapping")
-        data = json.loads(json.dumps(loaded))
+            raise OverrideError(f"{path}: the config must be a mapping of EvalConfig fields")
+        data = json.loads(json.dumps(loaded, default=str))  # YAML dates become strings, as a field expects
     if overrides and "benchmarks" not in data and any(o.startswith("benchmarks.") for o in overrides):
         data["benchmarks"] = EvalConfig().model_dump(mode="json")["benchmarks"]
     for override in overrides:

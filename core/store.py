@@ -14,6 +14,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -184,15 +185,25 @@ class Store:
         fs, path = self.filesystem(url)
         fs.rm_file(path)
 
-    def check_writable(self) -> None:
-        """Fail early, before any expensive step, if the store cannot be written."""
-        probe = self.path(f".evalflow-probe-{uuid.uuid4().hex}")
+    def check_writable(self, probe: bool = True) -> None:
+        """Fail early, before any expensive step, if the store cannot be written. Without `probe`
+        (a dry run) a local store is checked without creating anything: the nearest existing folder
+        on its path must be a writable folder."""
+        if not probe and self.is_local:
+            path = Path(self.local_path)
+            existing = next(p for p in (path, *path.parents) if p.exists())
+            if not existing.is_dir():
+                raise StoreError(f"the run store {self.url!r} is not writable: {existing} is a file; fix store.url")
+            if not os.access(existing, os.W_OK | os.X_OK):
+                raise StoreError(f"the run store {self.url!r} is not writable: no write permission on {existing}")
+            return
+        probe_url = self.path(f".evalflow-probe-{uuid.uuid4().hex}")
         try:
-            self.write_bytes(probe, b"ok")
-            self.remove(probe)
+            self.write_bytes(probe_url, b"ok")
+            self.remove(probe_url)
         except Exception as exc:
             raise StoreError(
-                f"the run store {self.url!r} is not writable ({type(exc).__name__}: {exc}); "
+                f"the run store {self.url!r} is not writable ({type(exc).__name__}: {' '.join(str(exc).split())}); "
                 "check store.url, store.storage_options and the store's credentials (store.block)"
             ) from exc
 

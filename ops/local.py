@@ -23,6 +23,7 @@ from uuid import UUID
 import httpx
 
 from core.config import REPO_ROOT
+from core.prefect_env import PREFECT_ENV
 
 HOME = REPO_ROOT / ".prefect"
 PORT = int(os.environ.get("EVALFLOW_PREFECT_PORT", "4200"))
@@ -45,7 +46,7 @@ def ui_url(path: str = "") -> str:
 
 def child_env() -> dict[str, str]:
     """The environment of every Prefect process started here: this server, our home, no analytics."""
-    env = {**os.environ, "PREFECT_API_URL": api_url(), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    env = {**os.environ, "PREFECT_API_URL": api_url(), **PREFECT_ENV}
     if "PREFECT_API_URL" not in os.environ:  # our own server: our own home (database, results, logs)
         env["PREFECT_HOME"] = str(HOME)
     return env

@@ -67,7 +67,7 @@ def test_a_missing_config_file_fails_in_one_line(evalflow: Callable[..., Result]
     result = evalflow("run", "--config", "configs/none.yaml", "--dry-run")
     assert result.exit_code == 2
     (line,) = result.stderr.splitlines()
-    assert "configs/none.yaml" in line
+    assert line == "invalid configuration: --config configs/none.yaml: no such file"
 
 
 def test_sweep_dry_run_prints_one_plan_per_point(evalflow: Callable[..., Result]) -> None:
