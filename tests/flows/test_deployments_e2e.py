@@ -306,7 +306,7 @@ def test_retry_of_a_crashed_deployment_run_collects_only_lost_batches(
         final = deployed.finished(flow_run.id, 600)
         assert final.state.is_completed(), final.state
         assert final.run_count >= 2  # the same flow run id ran again
-        assert proxy.counts.forwarded - before == (6 - persisted) * 4
+        assert proxy.counts.forwarded - before == (6 - persisted) * 4 + 1  # and the 1-token endpoint check
         run_dirs = [d for d in (store / "runs").iterdir() if (d / "metrics.json").exists()]
         assert len(run_dirs) == 1
         assert pairs(str(run_dirs[0])) == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})

@@ -92,7 +92,7 @@ def test_sigkill_then_rerun_collects_only_the_missing_batches(
 
     before = proxy.counts.forwarded
     result = run(data)
-    assert proxy.counts.forwarded - before == (6 - persisted) * 4  # only the lost batches
+    assert proxy.counts.forwarded - before == (6 - persisted) * 4 + 1  # the lost batches, and the endpoint check
     assert result["batches"] == {"total": 6, "cached": persisted}
     got = pairs(result["run_dir"])
     assert got == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})  # none missing, none twice
@@ -109,7 +109,7 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
 
     planned = plan_run(EvalConfig.model_validate(data))  # --dry-run: starts nothing
     assert planned["rollouts"] == {"total": 16, "cached": 0, "to_generate": 16}
-    assert proxy.counts.forwarded == 0
+    assert proxy.counts.forwarded == 1  # the endpoint check (1 token), nothing collected
     first = run(data)
     assert first["batches"] == {"total": 4, "cached": 0}
 
@@ -131,7 +131,7 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
     start = proxy.counts.forwarded
     edited = run(data)
     assert edited["batches"] == {"total": 4, "cached": 3}
-    assert proxy.counts.forwarded - start == 4  # one batch: 2 prompts x 2 repeats
+    assert proxy.counts.forwarded - start == 4 + 1  # one batch (2 prompts x 2 repeats), the endpoint check
 
 
 def test_transient_faults_lose_no_rollout(endpoint: Endpoint, prefect_home: Path, tmp_path: Path) -> None:
