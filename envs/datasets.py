@@ -27,6 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs
+from uuid import UUID
 
 import fsspec
 import pyarrow as pa
@@ -223,17 +224,29 @@ def _hf_dataset_rows(spec: str, env: Env) -> Iterator[tuple[int, dict[str, Any]]
 
 
 def _json_default(obj: Any) -> Any:
-    """Stable encodings for the non-JSON values parquet can produce."""
+    """Stable, tagged encodings for the non-JSON values parquet (or a `datasets` split) can produce.
+
+    pyarrow gives these for date, timestamp, time, duration, binary, decimal and uuid columns (pandas'
+    Timestamp and Timedelta, subclasses, for nanosecond units); maps come as lists of pairs, plain JSON.
+    """
     if isinstance(obj, bytes):
         return {"__bytes__": obj.hex()}
     if isinstance(obj, dt.date | dt.datetime | dt.time):
         return {"__datetime__": obj.isoformat()}
+    if isinstance(obj, dt.timedelta):
+        return {"__timedelta__": str(obj)}  # pandas' Timedelta (pyarrow's ns durations) keeps its nanoseconds
     if isinstance(obj, Decimal):
         return {"__decimal__": str(obj)}
+    if isinstance(obj, UUID):
+        return {"__uuid__": str(obj)}
     raise TypeError(f"cannot hash a value of type {type(obj).__name__} in a dataset row")
 
 
 def rows_hash(rows: list[dict[str, Any]]) -> str:
-    """sha256 hex of the rows' canonical JSON (sorted keys): the dataset part of rollout cache keys."""
+    """sha256 hex of the rows' canonical JSON: the dataset part of rollout cache keys (tasks.collection.plan).
+
+    Sorted keys, no whitespace, parquet's dates, bytes and decimals tagged (`_json_default`); plain JSON
+    rows encode exactly as envs.base.canonical_json does, so their cache keys did not change.
+    """
     text = json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -1,8 +1,10 @@
-"""Answer extraction and equivalence, compatible with lm-evaluation-harness so numbers can be compared.
+"""Answer extraction (lm-evaluation-harness's GSM8K filters), lm-eval's exact match, and numeric/symbolic equality.
 
 GSM8K "strict-match" takes the number after `#### ` (first match, as lm-eval's regex filter does);
-"flexible-extract" takes the last number-like token. Both then strip `,`, `$` and one trailing `.`
-(lm-eval's `regexes_to_ignore`). MATH-style answers come from the last `\\boxed{...}`.
+"flexible-extract" takes the last number-like token. lm-eval then scores `exact_match`: a string
+comparison after dropping `,`, `$`, everything up to `#### ` and one trailing `.` from prediction and
+reference, ignoring case (`lm_eval_exact_match`). `answers_equal` is looser: it compares numbers
+(`42.0` = `42`), then falls back to math-verify. MATH-style answers come from the last `\\boxed{...}`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ from functools import lru_cache
 
 STRICT_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 FLEXIBLE_RE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+# lm-eval gsm8k.yaml: exact_match with ignore_case, these `regexes_to_ignore` (applied in this order to
+# prediction and reference), and the regex filter's fallback when nothing matches.
+LM_EVAL_IGNORE = tuple(re.compile(p) for p in (",", r"\$", r"(?s).*#### ", r"\.$"))
+LM_EVAL_FALLBACK = "[invalid]"
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _THOUSANDS_RE = re.compile(r"[+-]?\$?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+_DIGITS_AND_DOTS_RE = re.compile(r"[0-9.]*[0-9][0-9.]*")
 # math_verify parses with sympy; long strings are where it gets slow, and extracted answers are short.
 MAX_VERIFY_CHARS = 200
 VERIFY_TIMEOUT_S = 5
@@ -28,21 +35,42 @@ def normalize_number(text: str) -> str:
     return text[:-1] if text.endswith(".") else text
 
 
+def lm_eval_strict(text: str) -> str | None:
+    """lm-eval's strict-match filter output: the first `#### <number>` capture, stripped; None for its fallback."""
+    m = STRICT_RE.search(text)
+    return m.group(1).strip() if m else None
+
+
+def lm_eval_flexible(text: str) -> str | None:
+    """lm-eval's flexible-extract filter output: the last number-like token, stripped; None for its fallback."""
+    matches = FLEXIBLE_RE.findall(text)
+    return next(g for g in matches[-1] if g).strip() if matches else None
+
+
+def normalize_answer(raw: str | None) -> str | None:
+    """A filter output as a number string (`$1,234.` -> `1234`); None when there is none or nothing is left."""
+    return (normalize_number(raw) or None) if raw is not None else None
+
+
 def strict_match(text: str) -> str | None:
     """The number after the first `#### `, normalized; None if there is none."""
-    m = STRICT_RE.search(text)
-    if m is None:
-        return None
-    return normalize_number(m.group(1)) or None
+    return normalize_answer(lm_eval_strict(text))
 
 
 def flexible_extract(text: str) -> str | None:
     """The last number-like token in the text, normalized; None if there is none."""
-    matches = FLEXIBLE_RE.findall(text)
-    if not matches:
-        return None
-    token = next(g for g in matches[-1] if g)
-    return normalize_number(token) or None
+    return normalize_answer(lm_eval_flexible(text))
+
+
+def _lm_eval_clean(text: str) -> str:
+    for pattern in LM_EVAL_IGNORE:
+        text = pattern.sub("", text)
+    return text.lower()
+
+
+def lm_eval_exact_match(prediction: str | None, reference: str) -> bool:
+    """lm-eval's gsm8k `exact_match` of a filter output (None: no match) against the raw `answer` text."""
+    return _lm_eval_clean(LM_EVAL_FALLBACK if prediction is None else prediction) == _lm_eval_clean(reference)
 
 
 def _balanced(text: str, start: int) -> str | None:
@@ -99,8 +127,23 @@ def to_number(text: str) -> Decimal | None:
         return None
 
 
+def has_malformed_number(text: str) -> bool:
+    """Whether a run of digits and dots is no number: `12..34`, `0.0.0`, `1..5` (one trailing `.` is a full stop).
+
+    math-verify reads such runs as their leading number (`12..34` as 12) or a product (`0.0.0` as 0*0).
+    """
+    return any(
+        ".." in run or run.count(".") > 1
+        for run in (m.group(0).removesuffix(".") for m in _DIGITS_AND_DOTS_RE.finditer(text))
+    )
+
+
 def answers_equal(pred: str | None, ref: str | None) -> bool:
-    """Whether a predicted answer equals the reference: exact or numeric first, math_verify as a fallback."""
+    """Whether a predicted answer equals the reference: exact or numeric first, math_verify as a fallback.
+
+    Numbers compare by value (`42.0` = `042` = `42`), unlike lm-eval's exact match; a malformed number
+    (has_malformed_number) equals only the identical string.
+    """
     if pred is None or ref is None:
         return False
     pred, ref = pred.strip(), ref.strip()
@@ -111,6 +154,8 @@ def answers_equal(pred: str | None, ref: str | None) -> bool:
     p, r = to_number(pred), to_number(ref)
     if p is not None and r is not None:
         return p == r
+    if has_malformed_number(pred) or has_malformed_number(ref):
+        return False
     return _math_verify_equal(pred, ref)
 
 

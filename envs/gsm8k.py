@@ -1,4 +1,4 @@
-"""GSM8K-style grade-school math with lm-eval-compatible scoring (strict-match, flexible-extract).
+"""GSM8K-style grade-school math: lm-eval's exact-match scores plus numeric-equality variants.
 
 Chat prompts with optional few-shot turns, or lm-eval's plain-completion prompt (`mode: completion`).
 """
@@ -14,10 +14,12 @@ from typing import Any, ClassVar, Literal
 from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
 from envs.extract import (
     answers_equal,
-    flexible_extract,
     last_boxed,
+    lm_eval_exact_match,
+    lm_eval_flexible,
+    lm_eval_strict,
+    normalize_answer,
     normalize_number,
-    strict_match,
     to_number,
 )
 
@@ -34,6 +36,9 @@ COMPLETION_TARGET_DELIMITER = " "
 COMPLETION_FEWSHOT_DELIMITER = "\n\n"
 COMPLETION_STOP = ["Question:", "</s>", "<|im_end|>", "\n\n"]
 MODES = ("chat", "completion")
+# lm-eval's result names (metric,filter), used as the info keys and labels of its exact-match scores.
+LM_EVAL_STRICT = "exact_match,strict-match"
+LM_EVAL_FLEXIBLE = "exact_match,flexible-extract"
 
 
 def _reference_of(answer: Any) -> str | None:
@@ -66,25 +71,49 @@ class GSM8KEnv(SingleTurnEnv):
     Options: `fewshot` (0-8 shipped worked examples), `system_prompt`, and `mode`: "chat" (default; chat
     turns with an instruction asking for `#### N`) or "completion" (lm-eval's plain "Question: ...\nAnswer:"
     prompt sent to the completions API, for base models). Scoring is the same in both.
+
+    Scores: lm-evaluation-harness's own `exact_match,strict-match` and `exact_match,flexible-extract`
+    (its filters, then a string match against the `answer` text: `42.0` is not `42`), and the looser
+    numeric variants `strict_correct` / `flexible_correct` / `boxed_correct`, where the same extracted
+    answer counts when it equals the reference as a number (`42.0` = `042` = `42`) or, failing that, by
+    math-verify. The numeric ones are never below lm-eval's. The reward follows `boxed`, else `strict`,
+    else `flexible` (numeric).
     """
 
     name: ClassVar[str] = "gsm8k"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: lm-eval exact-match scores; malformed numbers no longer equal
     default_dataset: ClassVar[str] = "data/gsm8k/test.jsonl"
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec(
-            "strict_correct",
-            "strict",
+            LM_EVAL_STRICT,
+            LM_EVAL_STRICT,
             "rate",
             headline=True,
-            description="lm-evaluation-harness strict-match: the number after the last '#### ' equals the reference",
+            description="lm-evaluation-harness gsm8k exact_match, strict-match filter: the first '#### <number>' "
+            "matches the reference as a string (after dropping ',', '$' and a trailing '.'; case ignored)",
+        ),
+        MetricSpec(
+            LM_EVAL_FLEXIBLE,
+            LM_EVAL_FLEXIBLE,
+            "rate",
+            headline=True,
+            description="lm-evaluation-harness gsm8k exact_match, flexible-extract filter: the completion's last "
+            "number matches the reference as a string (after dropping ',', '$' and a trailing '.')",
+        ),
+        MetricSpec(
+            "strict_correct",
+            "strict (numeric)",
+            "rate",
+            headline=True,
+            description="lm-eval's strict-match extraction, compared as numbers (42.0 = 42; at least lm-eval's score)",
         ),
         MetricSpec(
             "flexible_correct",
-            "flexible",
+            "flexible (numeric)",
             "rate",
             headline=True,
-            description="lm-evaluation-harness flexible-extract: the completion's last number equals the reference",
+            description="lm-eval's flexible-extract extraction, compared as numbers (42.0 = 42; at least lm-eval's "
+            "score)",
         ),
         MetricSpec("boxed_correct", "boxed", "rate", description="the last \\boxed{} answer equals the reference"),
         MetricSpec("parse_error", "no answer", "rate", description="no \\boxed{}, '#### ' or other number found"),
@@ -187,8 +216,11 @@ class GSM8KEnv(SingleTurnEnv):
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
         ref = self.reference(row)
-        strict, flexible = strict_match(completion), flexible_extract(completion)
+        strict_raw, flexible_raw = lm_eval_strict(completion), lm_eval_flexible(completion)
+        strict, flexible = normalize_answer(strict_raw), normalize_answer(flexible_raw)
         boxed = last_boxed(completion)
+        # lm-eval's target is the `answer` field itself (a worked solution or a number).
+        target = str(row["answer"])
         correct = {
             "strict": answers_equal(strict, ref),
             "flexible": answers_equal(flexible, ref),
@@ -201,6 +233,8 @@ class GSM8KEnv(SingleTurnEnv):
         else:
             parsed, success = flexible, correct["flexible"]
         info = {
+            LM_EVAL_STRICT: lm_eval_exact_match(strict_raw, target),
+            LM_EVAL_FLEXIBLE: lm_eval_exact_match(flexible_raw, target),
             "strict_correct": correct["strict"],
             "flexible_correct": correct["flexible"],
             "boxed_correct": correct["boxed"],

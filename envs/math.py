@@ -31,7 +31,7 @@ class MathEnv(SingleTurnEnv):
     """Rows: `{"id", "problem", "answer"}`, or original MATH rows (`problem`, `solution`, no id)."""
 
     name: ClassVar[str] = "math"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: malformed numbers (12..34) no longer equal a number
     default_dataset: ClassVar[str] = "data/math/test.jsonl"
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec("parse_error", "no answer", "rate", description="the completion has no \\boxed{} answer"),

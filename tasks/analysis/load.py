@@ -57,10 +57,12 @@ def check_versions(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
 
 
 def load(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
-    """Materialise the deduplicated `rollouts` table in one scan + one window; returns duplicates dropped.
+    """Materialise the deduplicated `rollouts` table in one scan and one sort; returns duplicates dropped.
 
-    The window orders each prompt's rows by (repeat, newest first): a row whose predecessor has the
-    same repeat is a stale duplicate, and dense_rank() is the 1-based position among the kept repeats.
+    Each prompt's rows are ordered by (repeat, newest `created_at`, last file name: the copy
+    tasks/analysis/frame.py keeps); a row whose predecessor has the same repeat is a stale duplicate.
+    `pos`, the 1-based position of a repeat among its prompt's repeats (maj@k votes with pos <= k), is a
+    dense rank by repeat alone, so a duplicate never takes the place of the next repeat.
     """
     check_versions(con, files)
     cols = ", ".join(f'"{c}"' for c in METRIC_COLUMNS)
@@ -73,9 +75,10 @@ def load(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
                    CASE WHEN error IS NULL THEN reward ELSE 0.0 END AS eff_reward,
                    coalesce(success AND error IS NULL, false) AS ok
             FROM (
-                SELECT {cols}, dense_rank() OVER w AS pos, lag(repeat) OVER w AS prev_repeat
-                FROM read_parquet($files, union_by_name = true)
-                WINDOW w AS (PARTITION BY benchmark, prompt_id ORDER BY repeat, created_at DESC)
+                SELECT {cols}, lag(repeat) OVER w AS prev_repeat,
+                       dense_rank() OVER (PARTITION BY benchmark, prompt_id ORDER BY repeat) AS pos
+                FROM read_parquet($files, union_by_name = true, filename = true)
+                WINDOW w AS (PARTITION BY benchmark, prompt_id ORDER BY repeat, created_at DESC, filename DESC)
             )
             WHERE prev_repeat IS DISTINCT FROM repeat
             """,

@@ -14,7 +14,7 @@ from core.config import EvalConfig, SamplingConfig
 from core.logs import get_logger
 from core.store import Store
 from envs.base import Env, canonical_json
-from envs.datasets import load_rows
+from envs.datasets import load_rows, rows_hash
 from envs.registry import get_env
 from tasks.collection.cache import STALE, lookup
 
@@ -100,7 +100,7 @@ def batch_key(
     """Content key: env (name, version, options, templates), rows, repeats, model, sampling. Never the run."""
     payload = {
         "env": env.fingerprint(),
-        "rows": hashlib.sha256(canonical_json(rows).encode()).hexdigest(),
+        "rows": rows_hash(rows),  # the canonical encoding of parquet's dates, bytes and decimals too
         "repeats": repeats,
         "model": model_fingerprint,
         "sampling": sampling.model_dump(mode="json"),

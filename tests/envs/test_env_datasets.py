@@ -166,3 +166,45 @@ def test_rows_hash_handles_parquet_types() -> None:
     assert a != rows_hash([{"t": dt.date(2024, 1, 3), "b": b"\x00"}])
     with pytest.raises(TypeError):
         rows_hash([{"x": object()}])
+
+
+def test_rows_hash_of_plain_rows_is_the_canonical_json_hash() -> None:
+    """Batch keys hash rows with rows_hash now: for JSON rows it is the hash they had, so caches stay valid."""
+    import hashlib
+
+    from envs.base import canonical_json
+
+    rows = [*ROWS, {"id": "x", "question": "Ünïcode ✓?", "answer": "1", "extra": [1.5, None, {"b": 1, "a": 2}]}]
+    assert rows_hash(rows) == hashlib.sha256(canonical_json(rows).encode()).hexdigest()
+
+
+def test_parquet_typed_columns_load_and_hash_stably(tmp_path: Path, env: GSM8KEnv) -> None:
+    import datetime as dt
+    import uuid
+    from decimal import Decimal
+
+    columns = {
+        "id": ["a"],
+        "question": ["1 + 1?"],
+        "answer": ["2"],
+        "day": [dt.date(2024, 1, 2)],
+        "at_ns": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns")),
+        "at_tz": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="Europe/Paris")),
+        "clock": [dt.time(12, 30)],
+        "took": pa.array([1_234_567_891], pa.duration("ns")),
+        "blob": [b"\x00\xff"],
+        "price": pa.array([Decimal("1.50")], pa.decimal128(5, 2)),
+        "uid": pa.array([uuid.UUID(int=7).bytes], pa.uuid()),
+        "tags": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())),
+    }
+
+    def load(name: str, **changes: Any) -> str:
+        pq.write_table(pa.table({**columns, **changes}), tmp_path / name)
+        return rows_hash(load_rows(str(tmp_path / name), env))
+
+    first = load("a.parquet")
+    assert load("b.parquet") == first
+    assert load("c.parquet", at_ns=pa.array([1_700_000_000_123_456_788], pa.timestamp("ns"))) != first  # 1 ns
+    assert load("d.parquet", took=pa.array([1_234_567_892], pa.duration("ns"))) != first
+    assert load("e.parquet", blob=[b"\x00\xfe"]) != first
+    assert load("f.parquet", uid=pa.array([uuid.UUID(int=8).bytes], pa.uuid())) != first

@@ -1,4 +1,4 @@
-"""Hand-checked extraction and equivalence cases (lm-eval-compatible GSM8K filters, boxed answers)."""
+"""Hand-checked extraction and equivalence cases (lm-eval's GSM8K filters and exact match, boxed answers)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import pytest
 from envs.extract import (
     answers_equal,
     flexible_extract,
+    has_malformed_number,
     last_boxed,
+    lm_eval_exact_match,
+    lm_eval_flexible,
+    lm_eval_strict,
     normalize_number,
     strict_match,
     to_number,
@@ -49,6 +53,66 @@ def test_strict_match(text: str, expected: str | None) -> None:
 )
 def test_flexible_extract(text: str, expected: str | None) -> None:
     assert flexible_extract(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "malformed"),
+    [
+        ("12..34", True),
+        ("0.0.0", True),
+        ("1..5", True),
+        ("x = 1.2.3 units", True),
+        ("12", False),
+        ("1,234", False),
+        ("-3", False),
+        ("3.50", False),
+        (".5", False),
+        ("3.", False),  # a full stop
+        ("x = 1.5.", False),
+        ("1, 2, \\ldots", False),
+        ("1, 2, ...", False),  # an ellipsis holds no digit
+        ("0.\\overline{3}", False),
+    ],
+)
+def test_has_malformed_number(text: str, malformed: bool) -> None:
+    assert has_malformed_number(text) is malformed
+
+
+@pytest.mark.parametrize(
+    ("text", "strict", "flexible"),
+    [
+        ("So 12.\n#### 1,234.", "1,234.", "1,234."),
+        ("The cost is $1,234.", None, "$1,234."),
+        ("first #### 5 then #### 6", "5", "6"),
+        ("#### -7 ", "-7", "-7"),
+        ("no digits", None, None),
+    ],
+)
+def test_lm_eval_filter_outputs_are_raw(text: str, strict: str | None, flexible: str | None) -> None:
+    assert (lm_eval_strict(text), lm_eval_flexible(text)) == (strict, flexible)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "reference", "match"),
+    [
+        ("42", "42", True),
+        ("42.", "42", True),  # one trailing '.' goes
+        ("$1,234.", "1234", True),
+        ("1,234", "Work: 1,000 + 234.\n#### 1,234", True),  # the target is cut after its last '#### '
+        ("42", "#### 41\n#### 42", True),
+        ("42.0", "42", False),  # numerically equal, different strings
+        ("042", "42", False),
+        (".5", "0.5", False),
+        ("3.50", "3.5", False),
+        ("42..", "42", False),  # only one trailing '.'
+        ("12..34", "12", False),
+        ("42", "42 ", False),  # no whitespace is stripped from the target
+        (None, "42", False),  # lm-eval's "[invalid]" fallback
+        (None, "[INVALID]", True),  # ... which is compared like any prediction, ignoring case
+    ],
+)
+def test_lm_eval_exact_match(prediction: str | None, reference: str, match: bool) -> None:
+    assert lm_eval_exact_match(prediction, reference) is match
 
 
 def test_normalize_number_strips_one_trailing_period_like_lm_eval() -> None:
@@ -111,6 +175,23 @@ def test_to_number(text: str, expected: Decimal | None) -> None:
         (None, "42", False),
         ("", "42", False),
         ("42", None, False),
+        # malformed numbers: math-verify reads `12..34` as 12 and `0.0.0` as 0*0
+        ("12..34", "12", False),
+        ("12..34", "1234", False),
+        ("0.0.0", "0", False),
+        ("1..5", "1", False),
+        ("1..5", "1.5", False),
+        ("1.2.3", "1.2", False),
+        ("3.14...", "\\pi", False),
+        ("12", "12..34", False),
+        ("12..34", "12..34", True),  # the identical string
+        # well-formed numbers keep working
+        ("-3", "-3", True),
+        ("3.50", "3.5", True),
+        (".5", "0.5", True),
+        (".5", "\\frac{1}{2}", True),
+        ("12.", "12", True),
+        ("3,2,1", "1,2,3", True),  # a list, not a malformed number: math-verify compares it as a set
     ],
 )
 def test_answers_equal(pred: str | None, ref: str | None, equal: bool) -> None:

@@ -70,7 +70,7 @@ def test_fingerprint_tracks_options_and_is_stable() -> None:
 
 def test_fingerprint_tracks_version(monkeypatch: pytest.MonkeyPatch) -> None:
     before = GSM8KEnv().fingerprint()
-    monkeypatch.setattr(GSM8KEnv, "version", "2")
+    monkeypatch.setattr(GSM8KEnv, "version", GSM8KEnv.version + "-next")
     assert GSM8KEnv().fingerprint() != before
 
 
@@ -105,6 +105,8 @@ def test_correct_strict_answer() -> None:
     s = score("Ann has 3 bags with 4 apples each.\n3 * 4 = 12\nSo she has 12 apples.\n#### 12")
     assert (s.reward, s.success, s.parsed_answer) == (1.0, True, "12")
     assert s.info == {
+        "exact_match,strict-match": True,
+        "exact_match,flexible-extract": True,
         "strict_correct": True,
         "flexible_correct": True,
         "boxed_correct": False,

@@ -35,7 +35,9 @@ def test_metric_specs_by_env_name() -> None:
     specs = metric_specs(["gsm8k", "tetris", "retired-benchmark"])
     assert specs["gsm8k"] is GSM8KEnv.metrics and specs["retired-benchmark"] == ()
     headline = {name: [m.key for m in env.metrics if m.headline] for name, env in ENVS.items()}
-    assert headline["gsm8k"] == ["strict_correct", "flexible_correct"]
+    assert headline["gsm8k"] == [
+        "exact_match,strict-match", "exact_match,flexible-extract", "strict_correct", "flexible_correct"
+    ]  # fmt: skip
     assert {m.key: m.kind for m in ENVS["mbpp"].metrics}["outcome"] == "counts"
     assert {m.key: m.kind for m in ENVS["tetris"].metrics}["end_reason"] == "counts"
     for env in ENVS.values():

@@ -61,11 +61,22 @@ def test_nested_braces_in_the_box() -> None:
         ("1+\\sqrt{2}", "1", False),  # bare math-verify would read only the leading 1
         ("\\left(2, 3\\right)", "3", False),
         ("-\\frac{2}{3}", "\\frac{2}{3}", False),
+        ("12..34", "12", False),  # malformed numbers: math-verify alone reads 12..34 as 12
+        ("0.0.0", "0", False),
+        ("1..5", "1", False),
         (None, "1", False),
     ],
 )
 def test_math_equal(pred: str | None, ref: str, equal: bool) -> None:
     assert math_equal(pred, ref) is equal
+
+
+def test_malformed_boxed_number_scores_zero() -> None:
+    row = {"id": "m-3", "problem": "Compute 3 * 4.", "answer": "12"}
+    assert MathEnv().score(row, "\\boxed{12}").success
+    for bad in ("\\boxed{12..34}", "\\boxed{12.0.0}", "$\\boxed{1..2}$"):
+        score = MathEnv().score(row, bad)
+        assert (score.success, score.reward) == (False, 0.0), bad
 
 
 def test_original_math_rows() -> None:
