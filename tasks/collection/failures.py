@@ -46,6 +46,11 @@ def classify(exc: BaseException) -> Kind:
     return "configuration"
 
 
+def is_outcome_error(recorded: str) -> bool:
+    """Whether a rollout's recorded error is the model's outcome (a prompt over the context)."""
+    return bool(_TOO_LONG.search(recorded))
+
+
 def _server_message(exc: openai.APIStatusError) -> str:
     """The server's own error message (vLLM: body.message), else the exception's text."""
     body = exc.body

@@ -17,6 +17,7 @@ from envs.base import Env, canonical_json
 from envs.datasets import load_rows, rows_hash
 from envs.registry import get_env
 from tasks.collection.cache import STALE, lookup
+from tasks.collection.failures import is_outcome_error
 
 
 @dataclass
@@ -151,8 +152,18 @@ def plan(
         ):  # fmt: skip
             record = lookup(storage, batch.cache_key)
             hit = None if record is None or record is STALE else BatchResult.from_record(record)
-            if hit is not None and store.exists(hit.url):
+            if hit is not None and store.exists(hit.url) and not (hit.errors and _holds_failures(store, hit.url)):
                 planned.append(Planned(bench.env, batch, cached=hit))
             else:
                 planned.append(Planned(bench.env, batch, stale=record is not None))
     return planned
+
+
+def _holds_failures(store: Store, url: str) -> bool:
+    """Whether a cached batch recorded request failures as rollout errors, as versions before failures
+    were sorted did (a wrong model name cached as 100% NotFoundError): such a batch is collected again."""
+    import pyarrow.parquet as pq
+
+    with store.open(url, "rb") as f:
+        errors = pq.read_table(f, columns=["error"]).column("error").to_pylist()
+    return any(e is not None and not is_outcome_error(e) for e in errors)

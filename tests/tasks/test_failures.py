@@ -182,3 +182,16 @@ def test_a_prompt_longer_than_the_context_is_the_model_outcome(tmp_path: Path) -
     rows = {r["prompt_id"]: r for r in pq.read_table(result.url).to_pylist()}
     assert result.errors == 1 and "maximum context length" in rows["q2"]["error"]
     assert rows["q2"]["reward"] == 0.0
+
+
+def test_a_cached_batch_that_recorded_request_failures_is_collected_again(tmp_path: Path) -> None:
+    from tasks.collection.batch import write_batch
+    from tasks.collection.plan import _holds_failures
+    from tests.tasks.conftest import rollout
+
+    store = Store(str(tmp_path))
+    old = str(tmp_path / "old.parquet")  # as versions before failures were sorted cached a wrong model name
+    write_batch(store, old, [rollout(error="NotFoundError: Error code: 404 - {'message': 'no model'}")])
+    too_long = str(tmp_path / "too_long.parquet")
+    write_batch(store, too_long, [rollout(error="HTTP 400 BadRequestError: maximum context length is 2048 tokens")])
+    assert _holds_failures(store, old) and not _holds_failures(store, too_long)
