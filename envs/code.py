@@ -1,6 +1,9 @@
-"""Python programming benchmarks (MBPP, HumanEval): the model writes code, the sandbox runs it against tests.
+"""Python programming benchmarks (MBPP, HumanEval): the model writes code, a judged sandbox run tests it.
 
-Scoring runs a subprocess, so these envs score asynchronously: `await env.ascore(row, completion)`.
+The model's code is loaded in the sandbox; the row's tests run in a separate judge process that calls it
+with plain data and compares results itself (envs/sandbox.py `run_tests`), so a program cannot pass by
+exiting early, patching the harness or returning objects that claim to equal anything.
+Scoring runs subprocesses, so these envs score asynchronously: `await env.ascore(row, completion)`.
 The synchronous `score` of the SingleTurnEnv protocol raises; rollout code awaits `ascore` when an env
 has one.
 """
@@ -8,12 +11,14 @@ has one.
 from __future__ import annotations
 
 import ast
+import builtins
 import re
+import sys
 from abc import abstractmethod
 from typing import Any, ClassVar
 
 from envs.base import DatasetError, MetricSpec, Score, SingleTurnEnv
-from envs.sandbox import run_python
+from envs.sandbox import TestSpec, run_tests
 
 MBPP_PROMPT = (
     "You are an expert Python programmer, and here is your task: {text} "
@@ -60,6 +65,41 @@ def defines(code: str, name: str) -> bool:
     return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name for node in tree.body)
 
 
+def _defined_names(code: str) -> set[str] | None:
+    """Names `code` defines at top level (functions, classes, assignments; not imports); None if unparsable."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def remote_names(tests: list[str], reference: str) -> tuple[str, ...]:
+    """The names MBPP-style tests take from the program: those the tests use that the reference defines.
+
+    Never a builtin or module the reference merely imports (`abs`, `math`): the judge keeps its own, so a
+    program's `math.isclose = lambda *a, **k: True` judges nothing. If the reference does not parse, every
+    used name that is neither a builtin nor a standard module.
+    """
+    used: set[str] = set()
+    for test in tests:
+        try:
+            used |= {n.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Name)}
+        except SyntaxError:
+            continue  # the judge fails that test
+    defined = _defined_names(reference)
+    if defined is None:
+        defined = {n for n in used if not hasattr(builtins, n) and n not in sys.stdlib_module_names}
+    return tuple(sorted(used & defined))
+
+
 def _nonempty_str(row: dict[str, Any], key: str, where: str) -> str:
     value = row.get(key)
     if not isinstance(value, str) or not value.strip():
@@ -85,6 +125,12 @@ class CodeEnv(SingleTurnEnv):
         ),
         MetricSpec("extracted", "fenced code", "rate", description="the code came from a markdown code block"),
         MetricSpec("duration_s", "sandbox seconds", "mean", description="wall-clock seconds of the sandboxed run"),
+        MetricSpec(
+            "tests_passed",
+            "tests passed",
+            "mean",
+            description="share of the row's tests that passed (HumanEval's check() counts as one)",
+        ),
     )
 
     def __init__(
@@ -119,7 +165,11 @@ class CodeEnv(SingleTurnEnv):
 
     @abstractmethod
     def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
-        """(program to run, code taken from the completion, whether it came from a fenced block)."""
+        """(program to load, code taken from the completion, whether it came from a fenced block)."""
+
+    @abstractmethod
+    def tests(self, row: dict[str, Any]) -> TestSpec:
+        """The row's tests, as the judge runs them against the loaded program."""
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -129,14 +179,18 @@ class CodeEnv(SingleTurnEnv):
         raise TypeError(f"{self.name} scores by running code in a sandbox: use `await env.ascore(row, completion)`")
 
     async def ascore(self, row: dict[str, Any], completion: str) -> Score:
-        """Run the extracted program with the row's tests; reward 1.0 iff it exits cleanly (all asserts pass)."""
+        """Load the extracted program and run the row's tests against it; reward 1.0 iff the judge passed them all."""
         program, code, fenced = self.program(row, completion)
-        result = await run_python(program, timeout_s=self.timeout_s, allow_unsandboxed=self.allow_unsandboxed)
+        tests = self.tests(row)
+        result = await run_tests(program, tests, timeout_s=self.timeout_s, allow_unsandboxed=self.allow_unsandboxed)
+        # The judge's reasons last, so that the tail shows them.
+        details = result.stderr + "".join(f"\n{failure}" for failure in result.failures)
         info = {
             "outcome": result.outcome,
             "duration_s": round(result.duration_s, 4),
-            "stderr_tail": result.stderr[-STDERR_TAIL_CHARS:],
+            "stderr_tail": details[-STDERR_TAIL_CHARS:],
             "extracted": fenced,
+            "tests_passed": round(result.tests_passed / result.tests_total, 4),
         }
         return Score(
             reward=1.0 if result.passed else 0.0,
@@ -150,7 +204,7 @@ class MBPPEnv(CodeEnv):
     """MBPP rows: `{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code"?}`; lm-eval's prompt."""
 
     name: ClassVar[str] = "mbpp"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     default_dataset: ClassVar[str] = "data/code/mbpp_offline.jsonl"
 
     def validate_row(self, row: dict[str, Any], where: str) -> None:
@@ -181,8 +235,13 @@ class MBPPEnv(CodeEnv):
 
     def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
         code, fenced = extract_code(completion)
-        parts = [row.get("test_setup_code") or "", code, "\n".join(row["test_list"])]
+        parts = [row.get("test_setup_code") or "", code]
         return "\n\n".join(p for p in parts if p.strip()) + "\n", code, fenced
+
+    def tests(self, row: dict[str, Any]) -> TestSpec:
+        """Each assert is one test; the names they take from the program are those the reference defines."""
+        tests = row["test_list"]
+        return TestSpec(row.get("test_setup_code") or "", tuple(tests), remote_names(tests, row["code"]))
 
 
 class HumanEvalEnv(CodeEnv):
@@ -193,7 +252,7 @@ class HumanEvalEnv(CodeEnv):
     """
 
     name: ClassVar[str] = "humaneval"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     default_dataset: ClassVar[str] = "data/code/humaneval_offline.jsonl"
 
     def validate_row(self, row: dict[str, Any], where: str) -> None:
@@ -232,5 +291,10 @@ class HumanEvalEnv(CodeEnv):
         # relies on the prompt's imports (`from typing import List`) and helpers, and redefines the entry
         # point; anything else is the original completion format: the body continuing the prompt.
         body = f"{prompt.rstrip()}\n\n\n{code}" if defines(code, entry_point) else prompt + code
-        program = f"{body}\n\n\n{row['test']}\n\ncheck({entry_point})\n"
-        return program, code, fenced
+        return f"{body}\n", code, fenced
+
+    def tests(self, row: dict[str, Any]) -> TestSpec:
+        """One test, `check(entry_point)`, in the judge, with the prompt's own helpers (never the program's)."""
+        entry_point = row["entry_point"]
+        setup = f"{row['prompt']}\n\n\n{row['test']}\n"
+        return TestSpec(setup, (f"check({entry_point})",), (entry_point,))

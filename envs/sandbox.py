@@ -1,53 +1,63 @@
-"""Run untrusted (model-written) Python in a throwaway Linux sandbox, without blocking the event loop.
+"""Run untrusted (model-written) Python in a throwaway Linux sandbox, and judge it without trusting it.
 
 Why each layer (Linux, as root; checked once per process, and it fails loudly when unavailable):
 - `unshare --pid --net --mount --ipc --uts --fork --kill-child` gives a fresh PID namespace (killing its
-  init kills every descendant, also those that called setsid()), an empty network namespace (loopback
-  down: nothing is reachable, not even the host's 127.0.0.1) and a private mount namespace.
-- This module then runs as the namespace's PID 1 (root, stdlib only): it builds a minimal root on a
-  size-capped tmpfs (read-only binds of /usr, /etc, /lib*, the interpreter's prefix; /dev/null & co; a
-  fresh /proc), chroots into it, and forks the program under a throwaway uid that is unique per run, so
-  RLIMIT_NPROC counts only this run's processes (root is exempt from it), no capability survives, and
-  the scratch directory (the tmpfs' only writable place) is the only place it can write. The program
-  gets rlimits, no_new_privs, a scrubbed environment and `python -I -S`.
-- PID 1 enforces the wall-clock timeout, kills whatever is left in the namespace, reaps it and reports
-  the program's fate on a pipe; the parent keeps a backstop timer that kills the whole process group.
-  PID 1's code is envs/sandbox_root.py; this module is the parent side.
+  init kills every descendant, also those that called setsid()), an empty network namespace and a
+  private mount namespace. Its PID 1 (envs/sandbox_root.py, the parent side is envs/sandbox_proc.py)
+  builds a root on a size-capped tmpfs (read-only binds of the system and the interpreter; nothing of the
+  run ever touches the host's disk, so a SIGKILLed caller leaves nothing behind: PID 1 sees its stdin
+  close and tears the run down), and runs children under throwaway uids with rlimits, no_new_privs, a
+  scrubbed environment and `python -I -S`.
+- One cgroup per run (envs/sandbox_cgroup.py; v2, else v1) caps memory, processes and CPU bandwidth of
+  the whole tree, and gives each run an equal CPU share however many processes a neighbour forks. Where
+  neither works, runs fall back to per-process rlimits and the reason is logged once.
+
+`run_python` runs a program and reports its exit status: fine for trusted checks, useless as a verifier.
+`run_tests` is the verifier. The tests never enter the program's process: a judge process (its own uid,
+which the program cannot signal, trace or read through /proc) executes them, and reaches the program's
+functions by RPC that carries only plain data (envs/harness_*.py). A test passes only when the judge ran
+it to its end; the judge's verdicts travel on a pipe the program does not have. So exiting early, exit
+hooks, sys.excepthook, SystemExit, killed or patched harnesses, patched builtins or modules, and objects
+with a rigged __eq__/__ne__/__bool__ (their results stay references that the judge refuses to compare)
+all fail. What remains possible: answers hard-coded for the tests a prompt shows (MBPP's are in its
+prompt) or special-cased inputs; results the judge cannot judge (a custom class' own equality, mutation
+of arguments: the judge gets copies) fail even when right; `str()` of a program object is the program's
+own; timing side channels; kernel exploits. Without the sandbox (`allow_unsandboxed`) the judge runs as
+the same user and none of this holds.
 Parallel runs are bounded by a per-event-loop semaphore ($EVALFLOW_SANDBOX_PARALLEL, default os.cpu_count()).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import json
 import logging
 import math
 import os
-import resource
 import secrets
 import shutil
-import signal
 import sys
-import tempfile
-import time
+import uuid
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from envs.sandbox_root import PROGRAM_NAME, init_source
+from envs import sandbox_cgroup
+from envs.sandbox_proc import SAFE_PATH, Raw, run_sandboxed
+from envs.sandbox_root import WORKDIR
+from envs.sandbox_unsafe import run_unsandboxed
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["pass", "fail", "timeout", "crash", "memory", "error"]
 
 # Throwaway uids/gids for sandboxed programs: no passwd entry needed, far from real and subuid ranges.
+# Each run takes an even uid for its program and the next (odd) one for its judge.
 UID_MIN = 2_000_000_000
 UID_SPAN = 100_000_000
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-MAX_OUTPUT_BYTES = 64 * 1024
-# Seconds the parent waits past timeout_s for PID 1 to report before it kills the process group itself.
-BACKSTOP_GRACE_S = 3.0
+HARNESS_MODULES = ("harness_codec", "harness_judge", "harness_runner")
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "Out of memory", "out of memory")
 
 
@@ -56,8 +66,27 @@ class SandboxUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
+class TestSpec:
+    """What a judged run checks: trusted code the judge runs, and the names it takes from the program.
+
+    `setup` runs first in the judge (imports, helpers, HumanEval's prompt and `check`); each of `tests` then
+    passes iff it runs to its end. `remote` names resolve to the program's globals (the function under
+    test), overriding anything `setup` defined under that name.
+    """
+
+    __test__ = False  # not a pytest class
+    setup: str
+    tests: tuple[str, ...]
+    remote: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SandboxResult:
-    """What happened to one program; `returncode` is the exit code, -signal, or None (timeout, error)."""
+    """What happened to one run; `returncode` is the program's exit code, -signal, or None.
+
+    For `run_tests`, outcome "pass" means every test passed; `tests_passed`/`tests_total` count them and
+    `failures` says why the others failed. `peak_memory_bytes` is the run's cgroup peak (None without one).
+    """
 
     outcome: Outcome
     returncode: int | None
@@ -65,15 +94,15 @@ class SandboxResult:
     stderr: str
     duration_s: float
     sandboxed: bool = True
+    tests_passed: int = 0
+    tests_total: int = 0
+    failures: tuple[str, ...] = field(default_factory=tuple)
+    peak_memory_bytes: int | None = None
 
     @property
     def passed(self) -> bool:
         return self.outcome == "pass"
 
-
-# ---------------------------------------------------------------------------------------------------
-# Parent side
-# ---------------------------------------------------------------------------------------------------
 
 MAX_PARALLEL: int = int(os.environ.get("EVALFLOW_SANDBOX_PARALLEL", "0")) or (os.cpu_count() or 1)
 _semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
@@ -102,6 +131,15 @@ def default_interpreter() -> tuple[str, str]:
         return python, os.path.dirname(os.path.dirname(python))
     base = getattr(sys, "_base_executable", None) or sys.executable
     return os.path.realpath(base), sys.base_prefix
+
+
+@functools.cache
+def cgroup_plan() -> dict[str, Any] | None:
+    """The cgroup hierarchy runs use (decided once per process); None, with a logged reason, if none works."""
+    plan, why = sandbox_cgroup.plan()
+    if plan is None:
+        log.warning("sandboxed runs are capped per process only (rlimits), not as a whole tree: %s", why)
+    return plan
 
 
 def _static_problem(python: str) -> str | None:
@@ -133,9 +171,8 @@ async def sandbox_problem(python: str | None = None, prefix: str | None = None) 
         if python not in _problem:
             problem = _static_problem(python)
             if problem is None:
-                probe = await _run_sandboxed(
-                    "print('ok')", python=python, prefix=prefix, timeout_s=20.0, limits=_limits(512, 32, 16, 20)
-                )
+                cfg = _config(python, prefix, 20.0, _limits(512, 32, 16, 20), 16, _caps(512, 32, 1.0))
+                probe = _classify(await run_sandboxed(cfg, _run("print('ok')", None)), None)
                 if probe.outcome != "pass" or probe.stdout.strip() != "ok":
                     problem = f"a probe run failed ({probe.outcome}): {probe.stderr.strip()[-1000:]}"
             _problem[python] = problem
@@ -153,6 +190,55 @@ def _limits(memory_mb: int, max_processes: int, max_file_mb: int, cpu_s: int) ->
     }
 
 
+def _caps(memory_mb: int, max_processes: int, cpus: float) -> dict[str, Any]:
+    # The judge is one more process in the group.
+    return {"memory_bytes": memory_mb * 1024 * 1024, "pids": max_processes + 1, "cpus": cpus}
+
+
+def _child_env() -> dict[str, str]:
+    """The program's whole environment: nothing is inherited from the evaluator (no credentials)."""
+    return {
+        "PATH": SAFE_PATH,
+        "LANG": "C.UTF-8",
+        "HOME": WORKDIR,
+        "TMPDIR": f"{WORKDIR}/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+    }
+
+
+@functools.cache
+def _harness_files() -> dict[str, str]:
+    here = Path(__file__).parent
+    files = {f"envs/{name}.py": (here / f"{name}.py").read_text() for name in HARNESS_MODULES}
+    return {"envs/__init__.py": "", **files}
+
+
+def _run(program: str, tests: TestSpec | None) -> dict[str, Any]:
+    """The run as PID 1 reads it from stdin (never argv: /proc/1/cmdline is readable inside)."""
+    judge = None if tests is None else {"setup": tests.setup, "tests": list(tests.tests), "remote": list(tests.remote)}
+    return {"program": program, "files": _harness_files() if judge else {}, "judge": judge}
+
+
+def _config(
+    python: str, prefix: str, timeout_s: float, limits: dict[str, int], disk_mb: int, caps: dict[str, Any]
+) -> dict[str, Any]:
+    uid = UID_MIN + 2 * secrets.randbelow(UID_SPAN // 2)
+    return {
+        "python": python,
+        "prefix": prefix,
+        "uid": uid,
+        "judge_uid": uid + 1,
+        "timeout_s": timeout_s,
+        "limits": limits,
+        "disk_mb": disk_mb,
+        "env": _child_env(),
+        "cgroup": cgroup_plan(),
+        "cgroup_name": f"{sandbox_cgroup.GROUP_PREFIX}{uuid.uuid4().hex}",
+        "cgroup_limits": caps,
+    }
+
+
 async def run_python(
     code: str,
     *,
@@ -161,25 +247,53 @@ async def run_python(
     max_processes: int = 32,
     max_file_mb: int = 16,
     cpu_s: int | None = None,
+    cpus: float = 1.0,
     disk_mb: int = 64,
     allow_unsandboxed: bool = False,
 ) -> SandboxResult:
     """Run `code` as a Python program in a fresh sandbox; outcome "pass" iff it exits with status 0.
 
-    memory_mb caps each process' address space, max_processes the run's processes (threads count),
-    max_file_mb any single file, cpu_s each process' CPU time (default: ceil(timeout_s) + 1), disk_mb
-    the scratch directory. If the sandbox cannot be set up, this raises SandboxUnavailable, unless
-    `allow_unsandboxed=True`: then the program runs as a plain child process (own session, scrubbed
-    environment, rlimits, killed at the timeout) with NO filesystem, network or uid isolation; only
-    for trusted code or throwaway machines. `SandboxResult.sandboxed` says which happened.
+    Not a verifier (a program decides its own exit status): use `run_tests` to check model code.
+    memory_mb caps the whole run (cgroup) and each process' address space, max_processes the run's
+    processes (threads count), cpus its CPU bandwidth (cgroup), cpu_s each process' CPU time (default:
+    ceil(timeout_s) + 1), max_file_mb any single file, disk_mb the scratch directory. If the sandbox
+    cannot be set up, this raises SandboxUnavailable, unless `allow_unsandboxed=True`: then the program runs
+    as a plain child process (envs/sandbox_unsafe.py) with NO isolation; only for trusted code or throwaway
+    machines. `SandboxResult.sandboxed` says which happened.
     """
+    return await _execute(code, None, locals())
+
+
+async def run_tests(
+    program: str,
+    tests: TestSpec,
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_processes: int = 32,
+    max_file_mb: int = 16,
+    cpu_s: int | None = None,
+    cpus: float = 1.0,
+    disk_mb: int = 64,
+    allow_unsandboxed: bool = False,
+) -> SandboxResult:
+    """Load `program` in a sandbox and run `tests` against it from the judge; "pass" iff every test passed.
+
+    The limits are those of `run_python`, for the program and the judge together; the timeout covers
+    loading the program and all tests.
+    """
+    return await _execute(program, tests, locals())
+
+
+async def _execute(program: str, tests: TestSpec | None, opts: dict[str, Any]) -> SandboxResult:
+    timeout_s = opts["timeout_s"]
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-    cpu = cpu_s if cpu_s is not None else math.ceil(timeout_s) + 1
-    limits = _limits(memory_mb, max_processes, max_file_mb, cpu)
+    cpu = opts["cpu_s"] if opts["cpu_s"] is not None else math.ceil(timeout_s) + 1
+    limits = _limits(opts["memory_mb"], opts["max_processes"], opts["max_file_mb"], cpu)
     python, prefix = default_interpreter()
     problem = await sandbox_problem(python, prefix)
-    if problem is not None and not allow_unsandboxed:
+    if problem is not None and not opts["allow_unsandboxed"]:
         raise SandboxUnavailable(
             f"cannot sandbox model-written code: {problem}. Refusing to run it unsandboxed; pass "
             "allow_unsandboxed=True (env option `allow_unsandboxed: true`) to accept that risk."
@@ -187,175 +301,18 @@ async def run_python(
     async with _semaphore():
         if problem is not None:
             log.warning("running model-written code WITHOUT a sandbox: %s", problem)
-            return await _run_unsandboxed(code, python=python, timeout_s=timeout_s, limits=limits)
-        return await _run_sandboxed(
-            code, python=python, prefix=prefix, timeout_s=timeout_s, limits=limits, disk_mb=disk_mb
-        )
-
-
-def _child_env(workdir: str) -> dict[str, str]:
-    """The program's whole environment: nothing is inherited from the evaluator (no credentials)."""
-    return {
-        "PATH": SAFE_PATH,
-        "LANG": "C.UTF-8",
-        "HOME": workdir,
-        "TMPDIR": os.path.join(workdir, "tmp"),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-    }
-
-
-def _write_program(code: str) -> str:
-    scratch = tempfile.mkdtemp(prefix="evalflow-sandbox-")
-    with open(os.path.join(scratch, PROGRAM_NAME), "wb") as f:
-        f.write(code.encode("utf-8", errors="replace"))  # model output may hold lone surrogates
-    return scratch
-
-
-class _Clip:
-    """Keeps the first and last `limit // 2` bytes of a stream of any length."""
-
-    def __init__(self, limit: int) -> None:
-        self.half = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            del self.tail[: max(0, len(self.tail) - self.half)]
-
-    def text(self) -> str:
-        dropped = self.total - len(self.head) - len(self.tail)
-        middle = f"\n...[{dropped} bytes clipped]...\n".encode() if dropped > 0 else b""
-        return bytes(self.head + middle + self.tail).decode("utf-8", errors="replace")
-
-
-async def _drain(stream: asyncio.StreamReader | None, limit: int = MAX_OUTPUT_BYTES) -> str:
-    clip = _Clip(limit)
-    if stream is not None:
-        while chunk := await stream.read(65536):
-            clip.add(chunk)
-    return clip.text()
-
-
-def _killpg(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _read_status(fd: int) -> list[str]:
-    """Lines PID 1 wrote on the status pipe (non-blocking: everything that is there)."""
-    os.set_blocking(fd, False)
-    data = b""
-    with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(fd, 65536):
-            data += chunk
-    return data.decode("utf-8", errors="replace").splitlines()
-
-
-def _ns_members(ns_inode: int) -> list[int]:
-    """Host pids of live (not zombie) processes in the PID namespace with this inode.
-
-    Zombies are skipped: a killed init whose parent died too waits for the host's init to reap it.
-    """
-    target = f"pid:[{ns_inode}]"
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry}/ns/pid") != target:
-                    continue
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    state = f.read().rsplit(b")", 1)[1].split()[0]
-                if state not in (b"Z", b"X"):
-                    pids.append(int(entry))
-    return pids
-
-
-async def _wait_ns_empty(ns_inode: int, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while await asyncio.to_thread(_ns_members, ns_inode):
-        if time.monotonic() > deadline:
-            log.error("sandbox PID namespace %s still has processes after SIGKILL", ns_inode)
-            return
-        await asyncio.sleep(0.05)
-
-
-def _sandbox_argv(cfg: dict[str, Any]) -> list[str]:
-    unshare = shutil.which("unshare", path=SAFE_PATH) or "unshare"
-    return [
-        *(unshare, "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child"),
-        *("--propagation", "private", "--", cfg["python"], "-I", "-S", "-c", init_source(), json.dumps(cfg)),
-    ]
-
-
-async def _run_sandboxed(
-    code: str, *, python: str, prefix: str, timeout_s: float, limits: dict[str, int], disk_mb: int = 16
-) -> SandboxResult:
-    start = time.monotonic()
-    scratch = await asyncio.to_thread(_write_program, code)
-    status_r, status_w = os.pipe()
-    proc: asyncio.subprocess.Process | None = None
-    drains: list[asyncio.Future[str]] = []
-    cfg = {
-        "scratch": scratch,
-        "python": python,
-        "prefix": prefix,
-        "uid": UID_MIN + secrets.randbelow(UID_SPAN),
-        "timeout_s": timeout_s,
-        "limits": limits,
-        "disk_mb": disk_mb,
-        "env": _child_env(scratch),
-        "status_fd": status_w,
-    }
-    try:
+            raw = await run_unsandboxed(python, _run(program, tests), timeout_s, limits, _child_env())
+            return _classify(raw, tests, sandboxed=False)
+        caps = _caps(opts["memory_mb"], opts["max_processes"], opts["cpus"])
+        cfg = _config(python, prefix, timeout_s, limits, opts["disk_mb"], caps)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *_sandbox_argv(cfg),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
-                pass_fds=(status_w,),
-                start_new_session=True,
-            )
-        except OSError as e:
-            return SandboxResult("error", None, "", f"cannot start the sandbox: {e}", time.monotonic() - start)
+            raw = await run_sandboxed(cfg, _run(program, tests))
         finally:
-            os.close(status_w)
-        drains = [asyncio.ensure_future(_drain(proc.stdout)), asyncio.ensure_future(_drain(proc.stderr))]
-        backstop = False
-        try:
-            await asyncio.wait_for(proc.wait(), timeout_s + BACKSTOP_GRACE_S)
-        except TimeoutError:
-            # PID 1 did not report in time (a stalled machine, or it died): take down its whole group.
-            backstop = True
-            _killpg(proc.pid)
-            await proc.wait()
-        status = _read_status(status_r)
-        if backstop:
-            for line in status:
-                if line.startswith("ns "):
-                    await _wait_ns_empty(int(line.split()[1]))
-        stdout, stderr = await asyncio.gather(*drains)
-        duration = time.monotonic() - start
-        if backstop:
-            return SandboxResult("timeout", None, stdout, stderr, duration)
-        return _classify(status, proc.returncode, stdout, stderr, duration)
-    finally:
-        if proc is not None and proc.returncode is None:
-            _killpg(proc.pid)  # we were cancelled: PID 1 dies, and the kernel kills the rest of its namespace
-        for task in drains:
-            task.cancel()
-        os.close(status_r)
-        await asyncio.shield(asyncio.to_thread(shutil.rmtree, scratch, True))
+            if cfg["cgroup"]:  # PID 1 removes the group; not if it was killed first
+                dirs = [os.path.join(p, cfg["cgroup_name"]) for p in cfg["cgroup"]["parents"].values()]
+                if left := await asyncio.shield(asyncio.to_thread(sandbox_cgroup.cg_remove, dirs)):
+                    log.error("cannot remove the sandbox cgroups %s", left)
+        return _classify(raw, tests)
 
 
 def _is_memory_error(stderr: str) -> bool:
@@ -365,64 +322,55 @@ def _is_memory_error(stderr: str) -> bool:
     return any(marker in stderr[-2000:] for marker in _MEMORY_MARKERS[1:])
 
 
-def _classify(status: list[str], rc: int | None, stdout: str, stderr: str, duration: float) -> SandboxResult:
-    """Outcome from PID 1's report: `exit N`, `signal N`, `timeout`, or `error ...`."""
-    errors = [line[len("error ") :] for line in status if line.startswith("error ")]
-    final = next((line for line in reversed(status) if line.partition(" ")[0] in ("exit", "signal", "timeout")), None)
-    if errors or final is None:
-        why = "; ".join(errors) or f"the sandbox exited with status {rc} without a report"
-        return SandboxResult("error", None, stdout, f"sandbox error: {why}\n{stderr}", duration)
-    kind, *arg = final.split()
-    if kind == "timeout":
-        return SandboxResult("timeout", None, stdout, stderr, duration)
-    number = int(arg[0])
-    if kind == "exit":
-        if number == 0:
-            return SandboxResult("pass", 0, stdout, stderr, duration)
-        outcome: Outcome = "memory" if _is_memory_error(stderr) else "fail"
-        return SandboxResult(outcome, number, stdout, stderr, duration)
-    outcome = "memory" if _is_memory_error(stderr) else "crash"
-    return SandboxResult(outcome, -number, stdout, stderr, duration)
+def _classify(raw: Raw, tests: TestSpec | None, sandboxed: bool = True) -> SandboxResult:
+    """Outcome from the status lines: PID 1's `error ...`, `<role> exit|signal N`, `cgroup ...`, `end <why>`,
+    and in a judged run the judge's `test {...}` verdicts."""
+    fates: dict[str, tuple[str, int]] = {}
+    verdicts: dict[int, dict[str, Any]] = {}
+    errors, end, oom_kills, peak = [], None, 0, None
+    for line in raw.status:
+        kind, _, rest = line.partition(" ")
+        if kind == "error":
+            errors.append(rest)
+        elif kind == "end":
+            end = rest
+        elif kind in ("program", "judge") and rest.partition(" ")[0] in ("exit", "signal"):
+            how, _, number = rest.partition(" ")
+            fates[kind] = (how, int(number))
+        elif kind == "test" and tests is not None:
+            try:
+                verdict = json.loads(rest)
+                verdicts.setdefault(int(verdict["i"]), verdict)
+            except (ValueError, KeyError, TypeError):  # cut off by the status pipe's cap
+                errors.append(f"a malformed verdict: {rest[:100]!r}")
+        elif kind == "cgroup":
+            stats = dict(item.split("=", 1) for item in rest.split())
+            oom_kills = int(stats["oom_kills"])
+            peak = None if stats["peak"] == "None" else int(stats["peak"])
+    how, number = fates.get("program", ("", 0))
+    returncode = number if how == "exit" else -number if how == "signal" else None
+    total = len(tests.tests) if tests is not None else 0
+    passed = sum(1 for i in range(total) if verdicts.get(i, {}).get("ok") is True)
+    failures = tuple(str(v.get("error")) for i, v in sorted(verdicts.items()) if v.get("ok") is not True)
 
+    def result(outcome: Outcome, stderr: str = raw.stderr) -> SandboxResult:
+        return SandboxResult(outcome, returncode, raw.stdout, stderr, raw.duration_s, sandboxed, passed, total,
+                             failures, peak)  # fmt: skip
 
-async def _run_unsandboxed(code: str, *, python: str, timeout_s: float, limits: dict[str, int]) -> SandboxResult:
-    """The explicit escape hatch: rlimits, own session and a scrubbed environment, nothing more."""
-    start = time.monotonic()
-    scratch = await asyncio.to_thread(_write_program, code)
-    os.mkdir(os.path.join(scratch, "tmp"))
-
-    def preexec() -> None:
-        for name, value in limits.items():
-            # Without a uid of its own, RLIMIT_NPROC would count all of this user's processes.
-            if name != "RLIMIT_NPROC":
-                resource.setrlimit(getattr(resource, name), (value, value))
-
-    proc = await asyncio.create_subprocess_exec(
-        python,
-        "-I",
-        "-S",
-        PROGRAM_NAME,
-        cwd=scratch,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=_child_env(scratch),
-        start_new_session=True,
-        preexec_fn=preexec,
-    )
-    out_task = asyncio.ensure_future(_drain(proc.stdout))
-    err_task = asyncio.ensure_future(_drain(proc.stderr))
-    timed_out = False
-    try:
-        await asyncio.wait_for(proc.wait(), timeout_s)
-    except TimeoutError:
-        timed_out = True
-    finally:
-        _killpg(proc.pid)  # also takes down children left in the group
-        await proc.wait()
-        await asyncio.shield(asyncio.to_thread(shutil.rmtree, scratch, True))
-    stdout, stderr = await asyncio.gather(out_task, err_task)
-    rc = proc.returncode
-    status = ["timeout"] if timed_out else [f"exit {rc}" if rc >= 0 else f"signal {-rc}"]
-    result = _classify(status, rc, stdout, stderr, time.monotonic() - start)
-    return SandboxResult(result.outcome, result.returncode, stdout, stderr, result.duration_s, sandboxed=False)
+    if raw.backstop or end == "timeout":
+        return result("timeout")
+    if end == "oom":
+        return result("memory")
+    if errors or end != "finished":
+        why = "; ".join(errors) or f"the sandbox ended ({end}, status {raw.returncode}) without a report"
+        return result("error", f"sandbox error: {why}\n{raw.stderr}")
+    if tests is not None:
+        if fates.get("judge") == ("exit", 0) and passed == total:
+            return result("pass")
+        if fates.get("judge", ("", 0)) != ("exit", 0) and "program" not in fates:
+            return result("error", f"the judge failed: {fates.get('judge')}\n{raw.stderr}")
+    elif how == "exit" and number == 0:
+        return result("pass")
+    if oom_kills or _is_memory_error(raw.stderr):
+        return result("memory")
+    return result("crash" if how == "signal" else "fail")

@@ -140,9 +140,24 @@ def test_humaneval_program_shapes() -> None:
     whole, code, fenced = env.program(HE_ROW, "```python\ndef total(xs):\n    return sum(xs)\n```")
     assert fenced and code.startswith("def total")
     assert whole.startswith(HE_ROW["prompt"].rstrip())  # the prompt's imports come along
-    assert whole.rstrip().endswith("check(total)")
+    assert whole.rstrip().endswith("return sum(xs)") and "check" not in whole  # the tests stay with the judge
     body, code, fenced = env.program(HE_ROW, "    return sum(xs)\n")
     assert not fenced and body.startswith(HE_ROW["prompt"] + "    return sum(xs)")
+    spec = env.tests(HE_ROW)
+    assert (spec.tests, spec.remote) == (("check(total)",), ("total",))
+    assert spec.setup.startswith(HE_ROW["prompt"]) and HE_ROW["test"] in spec.setup
+
+
+def test_mbpp_tests_take_only_what_the_reference_defines() -> None:
+    row = {
+        **MBPP_ROW,
+        "code": "import math\n\nclass Pair:\n    pass\n\nLIMIT = 3\n\ndef add(a, b):\n    return a + b",
+        "test_list": ["assert math.isclose(add(1, 2), 3)", "assert abs(add(Pair(), LIMIT)) < 1", "assert add("],
+    }
+    spec = MBPPEnv().tests(row)
+    assert spec.tests == tuple(row["test_list"]) and spec.setup == ""
+    assert spec.remote == ("LIMIT", "Pair", "add")  # never `math` or `abs`: the judge keeps its own
+    assert MBPPEnv().program(row, "def add(a, b):\n    return a + b")[0] == "def add(a, b):\n    return a + b\n"
 
 
 def test_sync_score_is_refused() -> None:
@@ -159,9 +174,11 @@ def test_mbpp_right_wrong_and_timeout() -> None:
     right = ascore(env, MBPP_ROW, "```python\ndef add(a, b):\n    return a + b\n```")
     assert (right.reward, right.success) == (1.0, True)
     assert right.info["outcome"] == "pass" and right.info["extracted"] is True
-    assert set(right.info) == {"outcome", "duration_s", "stderr_tail", "extracted"}
+    assert set(right.info) == {"outcome", "duration_s", "stderr_tail", "extracted", "tests_passed"}
+    assert right.info["tests_passed"] == 1.0
     wrong = ascore(env, MBPP_ROW, "def add(a, b):\n    return a - b\n[DONE]")
     assert (wrong.reward, wrong.success, wrong.info["outcome"]) == (0.0, False, "fail")
+    assert wrong.info["tests_passed"] == round(1 / 3, 4)  # only `add(0, 0) == 0` holds
     assert "AssertionError" in wrong.info["stderr_tail"] and wrong.info["extracted"] is False
     assert wrong.parsed_answer == "def add(a, b):\n    return a - b"
     slow = ascore(env, MBPP_ROW, "```python\ndef add(a, b):\n    while True:\n        pass\n```")

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from envs import sandbox
+from envs import sandbox, sandbox_proc
 from envs.base import REPO_ROOT
-from envs.sandbox import SandboxResult, SandboxUnavailable, run_python
+from envs.sandbox import SandboxResult, SandboxUnavailable, TestSpec, run_python, run_tests
 
 STATIC_PROBLEM = sandbox._static_problem(sandbox.default_interpreter()[0])
 pytestmark = pytest.mark.skipif(STATIC_PROBLEM is not None, reason=f"no sandbox here: {STATIC_PROBLEM}")
@@ -53,6 +53,11 @@ def pids_with(marker: str) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def sleeper(marker: str) -> list[str]:
+    """argv of a process that sleeps for 5 minutes with `marker` in its command line (`sleep` rejects extras)."""
+    return ["python3", "-c", "import time; time.sleep(300)", marker]
 
 
 def wait_until_gone(find: Any, timeout_s: float = 3.0) -> list[int]:
@@ -194,7 +199,7 @@ def test_setsid_grandchild_is_killed_at_the_timeout() -> None:
     code = (
         "import os, subprocess, time\n"
         "if os.fork() == 0:\n    os.setsid()\n"
-        f"    subprocess.Popen(['sleep', '300', '{marker}'])\n    time.sleep(300)\n"
+        f"    subprocess.Popen({sleeper(marker)!r})\n    time.sleep(300)\n"
         "time.sleep(300)\n"
     )
     start = time.monotonic()
@@ -206,7 +211,7 @@ def test_setsid_grandchild_is_killed_at_the_timeout() -> None:
 
 def test_daemon_left_behind_by_a_passing_program_is_killed() -> None:
     marker = f"sandbox-marker-{uuid.uuid4().hex}"
-    code = f"import subprocess\nsubprocess.Popen(['setsid', 'sleep', '300', '{marker}'])\nprint('bye')"
+    code = f"import subprocess\nsubprocess.Popen(['setsid', *{sleeper(marker)!r}])\nprint('bye')"
     result = run(run_python(code))
     assert result.outcome == "pass"
     assert not wait_until_gone(lambda: pids_with(marker))
@@ -240,7 +245,7 @@ def test_twenty_in_parallel_keep_the_loop_responsive() -> None:
 def test_output_is_clipped() -> None:
     result = run(run_python("import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stderr.write('tail-marker')"))
     assert result.outcome == "pass"
-    assert len(result.stdout) <= sandbox.MAX_OUTPUT_BYTES + 100 and "bytes clipped" in result.stdout
+    assert len(result.stdout) <= sandbox_proc.MAX_OUTPUT_BYTES + 100 and "bytes clipped" in result.stdout
     assert result.stderr.endswith("tail-marker")
 
 
@@ -272,12 +277,11 @@ def test_backstop_kills_a_stuck_init(monkeypatch: pytest.MonkeyPatch) -> None:
         "os.write(cfg['status_fd'], b'ns %d\\n' % os.stat('/proc/self/ns/pid').st_ino)\n"
         "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\ntime.sleep(300)\n"
     )
-    monkeypatch.setattr(sandbox, "init_source", lambda: stuck)
-    monkeypatch.setattr(sandbox, "BACKSTOP_GRACE_S", 0.5)
+    assert run(sandbox.sandbox_problem()) is None  # probed with the real init
+    monkeypatch.setattr(sandbox_proc, "init_source", lambda: stuck)
+    monkeypatch.setattr(sandbox_proc, "BACKSTOP_GRACE_S", 0.5)
     start = time.monotonic()
-    result = run(
-        sandbox._run_sandboxed("pass", python=sandbox.default_interpreter()[0], prefix="/", timeout_s=0.5, limits={})
-    )
+    result = run(run_python("pass", timeout_s=0.5))
     assert result.outcome == "timeout" and time.monotonic() - start < 4.0
     assert not pids_with(marker)  # the parent waited until the namespace was empty
 
@@ -291,3 +295,15 @@ def test_unavailable_sandbox_fails_loudly_unless_allowed(monkeypatch: pytest.Mon
     assert result.outcome == "pass" and not result.sandboxed
     assert "AWS_SECRET_ACCESS_KEY" not in result.stdout
     assert run(run_python("while True:\n    pass", timeout_s=0.5, allow_unsandboxed=True)).outcome == "timeout"
+    # Judged runs work there too (without the uid separation that makes them robust).
+    spec = TestSpec("", ("assert add(1, 2) == 3", "assert add(2, 2) == 4"), ("add",))
+    right = run(run_tests("def add(a, b):\n    return a + b\n", spec, allow_unsandboxed=True))
+    assert (right.outcome, right.tests_passed, right.sandboxed) == ("pass", 2, False)
+    wrong = run(run_tests("def add(a, b):\n    return 4\n", spec, allow_unsandboxed=True))
+    assert (wrong.outcome, wrong.tests_passed, wrong.failures) == (
+        "fail",
+        1,
+        ("assert add(1, 2) == 3: AssertionError",),
+    )
+    slow = run(run_tests("import time\ntime.sleep(30)\n", spec, timeout_s=0.5, allow_unsandboxed=True))
+    assert slow.outcome == "timeout"
