@@ -1,13 +1,14 @@
 """Write an HF folder as a NeMo RL-style DCP checkpoint: round-trip checks, tests and benchmarks.
 
 Runs inside the vLLM runtime: `python hf_to_dcp.py HF_DIR STEP_DIR [--layout nemo-rl|flat]
-[--model-name NAME] [--files N] [--noise-seed S]`. Weights are saved in fp32, as RL runs save
+[--model-name NAME] [--files N] [--noise-seed S] [--no-crc]`. Weights are saved in fp32, as RL runs save
 them, with `torch.distributed.checkpoint.save` in one process (no process group) and the tied
 `lm_head.weight` present, as NeMo RL writes it.
   nemo-rl: STEP_DIR/policy/weights/ with keys wrapped under `model.`
   flat:    STEP_DIR/policy/weights/model/ with the HF names
 Both get STEP_DIR/config.yaml (policy.model_name = NAME, default HF_DIR) and STEP_DIR/policy/tokenizer/
 (the tokenizer files, copied). `--noise-seed` perturbs one tensor: a different checkpoint, same shapes.
+`--no-crc` saves without zip CRC-32s (`torch.serialization.set_crc32_options(False)`), as some writers do.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
     else:
         weights = step / "policy" / "weights" / "model"
     weights.mkdir(parents=True, exist_ok=True)
+    torch.serialization.set_crc32_options(not args.no_crc)
     dcp.save(state, storage_writer=FileSystemWriter(str(weights), thread_count=args.files), no_dist=True)
     progress(f"wrote {len(state)} tensors to {weights}")
 
@@ -81,6 +83,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--model-name")
     parser.add_argument("--files", type=int, default=1, help="shard files (DCP writer threads)")
     parser.add_argument("--noise-seed", type=int)
+    parser.add_argument("--no-crc", action="store_true", help="save without zip CRC-32s")
     return export(parser.parse_args(argv))
 
 

@@ -16,12 +16,15 @@ import httpx
 from tasks.checkpoints.errors import CheckpointError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+HUB_ID_RULE = "owner/name of letters, digits, '-', '_' and '.'"
+# names ending so are files, never hub ids
+FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".distcp", ".metadata", ".yaml", ".yml", ".json")
 TIMEOUT_S = 5.0
 TRUE = ("1", "true", "yes", "on")
 
 
 def looks_like_hub_id(source: str) -> bool:
-    return bool(HUB_ID.match(source)) and not source.endswith((".gguf", ".json", ".yaml"))
+    return bool(HUB_ID.match(source)) and not source.endswith(FILE_SUFFIXES)
 
 
 def cache_dir() -> Path:

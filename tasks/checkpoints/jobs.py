@@ -19,7 +19,7 @@ from tasks.checkpoints.sources import DcpAssets, Source, dcp_assets
 from tasks.runtime.venv import Runtime
 
 CONVERTER_VERSION = "1"  # GGUF converter; bump when its output changes
-DCP_CONVERTER_VERSION = "1"
+DCP_CONVERTER_VERSION = "2"  # 2: records are CRC-checked; a 1 entry may hold silently damaged weights
 MAX_SHARD_BYTES = 2_000_000_000  # per safetensors shard (save_pretrained's "2GB"); part of the key
 
 
@@ -44,7 +44,8 @@ def gguf_job(gguf: Path, cfg: ModelConfig, runtime: Runtime, name: str, memo: Ha
     key = hashlib.sha256((sha + json.dumps(options, sort_keys=True)).encode()).hexdigest()[:16]
 
     def run(out: Path) -> dict[str, Any]:
-        return run_script(runtime, "gguf_to_hf.py", [str(gguf), str(out), cfg.dtype], f"converting {gguf.name}")
+        args = [str(gguf), str(out), cfg.dtype]
+        return run_script(runtime, "gguf_to_hf.py", args, f"converting model.source {cfg.source}")
 
     size = gguf.stat().st_size
     return Job("gguf", name, key, options, {"gguf": {gguf.name: sha}}, size, run, {"gguf": str(gguf)})
@@ -79,7 +80,7 @@ def dcp_job(assets: DcpAssets, cfg: ModelConfig, runtime: Runtime, name: str, me
         with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="evalflow-dcp-job-") as fh:
             json.dump(job, fh)
             fh.flush()
-            return run_script(runtime, "dcp_to_hf.py", [fh.name], f"converting {name}")
+            return run_script(runtime, "dcp_to_hf.py", [fh.name], f"converting model.source {cfg.source}")
 
     details = {
         "weights_dir": str(weights_dir),

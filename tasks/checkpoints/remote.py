@@ -94,6 +94,19 @@ def list_url(store: Store, url: str) -> Listing:
     return Listing(url.rstrip("/"), False, files)
 
 
+def head(store: Store, listing: Listing, size: int) -> bytes:
+    """The first `size` bytes of a listed single file (one ranged read)."""
+    if next(iter(listing.files.values())).size == 0:
+        return b""
+    fs, path = open_fs(store, listing.url)
+    try:
+        return fs.cat_file(path, start=0, end=size)
+    except Exception as exc:  # s3fs raises a zoo of botocore/aiohttp errors
+        raise CheckpointError(
+            f"cannot read {listing.url} ({type(exc).__name__}: {exc}); check the URL and model.storage_options"
+        ) from exc
+
+
 def readable_tail(url: str) -> str:
     return posixpath.basename(url.split("://", 1)[-1].rstrip("/")) or "remote"
 

@@ -2,8 +2,10 @@
 
 Nothing here converts or downloads checkpoint weights: remote sources are only listed. The DCP
 helpers find the architecture config and the tokenizer the way a NeMo RL checkpoint records them
-(`step_N/config.yaml` -> `policy.model_name`, `step_N/policy/tokenizer/`), or take them from
-`model.config_path` / `model.tokenizer_path`, because a hub name cannot be fetched offline.
+(`step_N/config.yaml` -> `policy.model_name`, relative to that file's folder; `step_N/policy/tokenizer/`),
+or take them from `model.config_path` / `model.tokenizer_path`, because a hub name cannot be fetched
+offline. A source that looks like a path (`./x`, `/x`, `~/x`, `x/y` with `x` here, a weights or config
+file name) is never taken for a hub id; a GGUF source must start with the GGUF magic bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tasks.checkpoints.layout import STEP, TOKENIZER_CORE, TOKENIZER_DIRS, Layou
 from tasks.runtime.venv import Runtime, ensure_runtime, runtime_for
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_MAGIC = b"GGUF"  # every GGUF file starts with these 4 bytes
 
 
 @dataclass(frozen=True)
@@ -104,11 +107,13 @@ def local_listing(folder: Path) -> dict[str, int]:
 def locate(cfg: ModelConfig, store: Store, runtime_flavor: str, create_runtime: bool = True) -> Source:
     """What `cfg.source` is (a URL is listed through `store`); fails early, naming the field and what to
     fix. Without `create_runtime` (a dry run) the default model's GGUF stays unlocated (local=None)
-    until the runtime exists."""
+    until the runtime exists. A GGUF file's first bytes are read (a ranged read for a URL)."""
     source = cfg.source
     if source == DEFAULT_MODEL:
         runtime = ensure_runtime(runtime_flavor) if create_runtime else runtime_for(runtime_flavor)
         gguf = find_default_gguf(runtime) if runtime.is_complete() else None
+        if gguf is not None:
+            check_gguf(cfg, read_head(cfg, gguf), str(gguf))
         return Source("gguf", source, DEFAULT_MODEL, local=gguf)
     if source.startswith("file://"):
         source = source[len("file://") :]
@@ -117,6 +122,7 @@ def locate(cfg: ModelConfig, store: Store, runtime_flavor: str, create_runtime: 
         if listing.is_file:
             if not source.endswith(".gguf") and cfg.kind != "gguf":
                 raise CheckpointError(f"model.source {source!r} is a single file but not a .gguf file")
+            check_gguf(cfg, remote.head(store, listing, len(GGUF_MAGIC)), source)
             return checked(cfg, Source("gguf", source, identifier(source), listing=listing))
         layout = detect(listing.sizes(), source)
         return checked(cfg, Source(layout.kind, source, identifier(source), listing=listing, layout=layout))
@@ -124,13 +130,73 @@ def locate(cfg: ModelConfig, store: Store, runtime_flavor: str, create_runtime: 
     if path.is_file():
         if path.suffix != ".gguf" and cfg.kind != "gguf":
             raise CheckpointError(f"model.source {source!r} is a file but not a .gguf file")
+        check_gguf(cfg, read_head(cfg, path), str(path))
         return checked(cfg, Source("gguf", source, identifier(str(path)), local=path))
     if path.is_dir():
         layout = detect(local_listing(path), source)
         return checked(cfg, Source(layout.kind, source, identifier(str(path.resolve())), local=path, layout=layout))
-    if cfg.kind in ("auto", "hub") and hub.looks_like_hub_id(source) and not source.startswith((".", "~")):
+    pathlike = looks_like_path(source, Path.cwd())
+    if hub.looks_like_hub_id(source) and (cfg.kind == "hub" or (cfg.kind == "auto" and not pathlike)):
         return Source("hub", source, source)  # served under its hub id, as vLLM would
-    raise CheckpointError(f"model.source {source!r}: no such file or folder (and not a hub id)")
+    raise CheckpointError(not_found(cfg, source, path, pathlike))
+
+
+def read_head(cfg: ModelConfig, path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise CheckpointError(f"model.source {cfg.source!r}: {path} cannot be read ({exc})") from exc
+
+
+def check_gguf(cfg: ModelConfig, head: bytes, where: str) -> None:
+    """A GGUF source must start with the GGUF magic bytes: a cut-short or mislabelled file fails here, in
+    the plan, not minutes later in the converter."""
+    if head == GGUF_MAGIC:
+        return
+    found = f"it starts with {head!r}" if head else "it is empty"
+    raise CheckpointError(
+        f"model.source {cfg.source!r}: {where} is not a GGUF file ({found}; a GGUF file starts with {GGUF_MAGIC!r}): "
+        "it is damaged, cut short or of another format; point model.source at a complete .gguf file"
+    )
+
+
+def looks_like_path(source: str, base: Path) -> bool:
+    """Never a hub id: `./x`, `../x`, `/x`, `~/x`, a known file type, or `x/...` where `x` exists under `base`."""
+    if source in (".", "..") or source.startswith(("./", "../", "/", "~")) or source.endswith(hub.FILE_SUFFIXES):
+        return True
+    return "/" in source and (base / source.split("/", 1)[0]).exists()
+
+
+def where_it_stops(path: Path) -> str:
+    """'x exists, x/y does not': where a missing path stops existing."""
+    missing = next((p for p in [*reversed(path.parents), path] if not p.exists()), None)
+    if missing is None:
+        where = f"{path} is neither a file nor a folder"
+    elif missing.parent.exists() and not missing.parent.is_dir():
+        where = f"{missing.parent} is a file, not a folder"
+    elif missing.parent in (Path("."), Path(path.anchor)):
+        where = f"{missing} does not exist"
+    else:
+        where = f"{missing.parent} exists, {missing} does not"
+    return where if path.is_absolute() else f"{where}; relative to {Path.cwd()}"
+
+
+def not_found(cfg: ModelConfig, source: str, path: Path, pathlike: bool) -> str:
+    """Why `source` is neither a path here nor a hub id, and what to fix."""
+    fix = "fix the path"
+    if cfg.kind not in ("auto", "hub"):
+        why = f"model.kind is {cfg.kind!r}"
+    elif pathlike:
+        why = "it looks like a path"
+        if hub.looks_like_hub_id(source):
+            fix += " (or set model.kind: hub to pass it to vLLM as a hub id)"
+    else:
+        why = f"a hub id is {hub.HUB_ID_RULE}"
+    return (
+        f"model.source {source!r}: no such file or folder ({where_it_stops(path)}), and not a Hugging Face hub id "
+        f"({why}): {fix}"
+    )
 
 
 def checked(cfg: ModelConfig, found: Source) -> Source:
@@ -170,14 +236,22 @@ def _training_config(config_yaml: Path | None) -> dict[str, Any]:
     return data.get("policy") or {} if isinstance(data, dict) else {}
 
 
-def _named_model_dir(name: str | None) -> Path | None:
-    """A model named in the training config: a local folder, or a snapshot in the local HF cache."""
+def named_path(name: str, base: Path) -> Path:
+    """A path named in the training config: a relative one is relative to `base` (where config.yaml is),
+    never to the current folder, so the checkpoint means the same wherever it is prepared from."""
+    return (base / Path(name).expanduser()).resolve()
+
+
+def _named_model_dir(name: str | None, base: Path) -> Path | None:
+    """A model named in the training config: a folder, or a snapshot in the local HF cache."""
     if not name:
         return None
-    path = Path(name).expanduser()
+    path = named_path(name, base)
     if path.is_dir():
         return path
-    return hub.cached_snapshot(name) if hub.looks_like_hub_id(name) else None
+    if looks_like_path(name, base) or not hub.looks_like_hub_id(name):
+        return None
+    return hub.cached_snapshot(name)
 
 
 def has_tokenizer(folder: Path) -> bool:
@@ -206,6 +280,7 @@ def dcp_assets(
             if tokenizer is None:
                 tokenizer = next((up / d for d in TOKENIZER_DIRS if has_tokenizer(up / d)), None)
     policy = _training_config(config_yaml)
+    base = config_yaml.parent if config_yaml else root
     model_name = policy.get("model_name")
     tokenizer_name = (policy.get("tokenizer") or {}).get("name") if isinstance(policy.get("tokenizer"), dict) else None
 
@@ -213,17 +288,21 @@ def dcp_assets(
     if cfg.config_path:
         config_dir = fetch_folder(store, cfg.config_path, "model.config_path", downloads, download)
     else:
-        found = _named_model_dir(model_name)
+        found = _named_model_dir(model_name, base)
         if found is None:
-            said = (
-                f"{config_yaml} names policy.model_name={model_name!r}"
-                if model_name
-                else "no training config names the model"
-            )
+            if not model_name:
+                said = "no training config (step_N/config.yaml) names the model"
+            elif looks_like_path(model_name, base):
+                where = named_path(model_name, base)
+                said = f"{config_yaml} names policy.model_name={model_name!r}, but {where} is no folder"
+            else:
+                said = (
+                    f"{config_yaml} names policy.model_name={model_name!r}, which is neither a local folder nor in the "
+                    f"local Hugging Face cache ({hub.cache_dir()}); hub names are not fetched"
+                )
             raise CheckpointError(
-                f"{cfg.source}: the architecture config is unknown: {said}, which is neither a local folder nor in "
-                f"the local Hugging Face cache ({hub.cache_dir()}); hub names are not fetched. Set model.config_path "
-                "to a folder or URL holding the model's config.json (and model.tokenizer_path to its tokenizer files)"
+                f"model.source {cfg.source!r}: the architecture config is unknown: {said}. Set model.config_path to a "
+                "folder or URL holding the model's config.json (and model.tokenizer_path to its tokenizer files)"
             )
         config_dir = found
     if config_dir is not None and not (config_dir / "config.json").is_file():
@@ -233,13 +312,13 @@ def dcp_assets(
     if cfg.tokenizer_path:
         tokenizer_dir = fetch_folder(store, cfg.tokenizer_path, "model.tokenizer_path", downloads, download)
     else:
-        candidates = [tokenizer, _named_model_dir(tokenizer_name), config_dir]
+        candidates = [tokenizer, _named_model_dir(tokenizer_name, base), config_dir]
         tokenizer_dir = next((c for c in candidates if c is not None and has_tokenizer(c)), None)
         pending = config_dir is None  # the config URL, not downloaded yet, may hold the tokenizer
         if tokenizer_dir is None and not pending:
             raise CheckpointError(
-                f"{cfg.source}: no tokenizer found (policy/tokenizer/ next to the weights, the training config's "
-                "tokenizer, or the config folder); set model.tokenizer_path to a folder or URL with the tokenizer files"
+                f"model.source {cfg.source!r}: no tokenizer found (policy/tokenizer/ next to the weights, the training "
+                "config's tokenizer, or the config folder); set model.tokenizer_path to a folder or URL with its files"
             )
     if tokenizer_dir is not None and not has_tokenizer(tokenizer_dir):
         raise CheckpointError(f"{tokenizer_dir} holds no tokenizer ({' / '.join(TOKENIZER_CORE)})")

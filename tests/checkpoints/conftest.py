@@ -3,6 +3,7 @@ runs save them) in both NeMo RL layouts, and an S3 server (moto) on loopback."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ def runtime() -> Runtime:
 
 def build_dcp(
     runtime: Runtime, hf_dir: str, step: Path, layout: str, model_name: str | None = None, files: int = 1,
-    noise_seed: int | None = None,
+    noise_seed: int | None = None, crc: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Write `hf_dir` as a DCP checkpoint at `step` (a step_N folder) with the runtime's torch."""
     args = [hf_dir, str(step), "--layout", layout, "--files", str(files)]
@@ -33,6 +34,8 @@ def build_dcp(
         args += ["--model-name", model_name]
     if noise_seed is not None:
         args += ["--noise-seed", str(noise_seed)]
+    if not crc:
+        args.append("--no-crc")
     return run_script(runtime, "hf_to_dcp.py", args, f"writing a DCP checkpoint to {step}")
 
 
@@ -56,6 +59,19 @@ def dcp_flat(smollm2: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.
 
 def copy_step(step: Path, dst: Path) -> Path:
     shutil.copytree(step, dst)
+    return dst
+
+
+def link_step(step: Path, dst: Path, own: tuple[str, ...] = ()) -> Path:
+    """`step` at `dst` in hard links (instant, no disk); the relative paths in `own` are real copies, safe to change."""
+
+    def place(src: str, target: str) -> None:
+        if os.path.relpath(src, step) in own:
+            shutil.copy2(src, target)
+        else:
+            os.link(src, target)
+
+    shutil.copytree(step, dst, copy_function=place)
     return dst
 
 
