@@ -29,11 +29,10 @@ def run(
     shows up in that server's UI.
     """
     # Prefect and the pipeline take seconds to import: a bad config fails before they are imported.
-    from core.config import EvalConfig
-    from core.overrides import config_data
+    from core.overrides import resolve_config
 
     try:
-        resolved = EvalConfig.model_validate(config_data(config, overrides or []))
+        resolved = resolve_config(config, overrides or [])
     except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
         fail("invalid configuration", exc)
 
@@ -46,17 +45,13 @@ def run(
     from tasks.collection.failures import RunFailed
 
     checks = (CheckpointError, DatasetError, BlockNotFound, StoreError, ValueError, OSError)
+    try:  # bad data, model, store or endpoint fail here, in seconds, before the Prefect engine starts
+        plan = plan_run(resolved, probe=not dry_run)
+    except checks as exc:
+        fail("dry run" if dry_run else "cannot start the run", exc)
     if dry_run:
-        try:
-            plan = plan_run(resolved)
-        except checks as exc:
-            fail("dry run", exc)
         typer.echo(json.dumps(plan, indent=2, default=str))
         return
-    try:  # bad data, model, store or endpoint fail here, in seconds, before the Prefect engine starts
-        plan_run(resolved, probe=True)
-    except checks as exc:
-        fail("cannot start the run", exc)
     # A SIGTERM (`kill`, a cancelled deployment run) unwinds through `finally`: the server is stopped.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:

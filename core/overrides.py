@@ -93,3 +93,8 @@ def config_data(path: str | Path | None, overrides: list[str] = ()) -> dict[str,
     for override in overrides:
         apply_override(data, override)
     return data
+
+
+def resolve_config(path: str | Path | None, overrides: list[str]) -> EvalConfig:
+    """The config file with dotted overrides applied, validated (OverrideError, ValidationError: ValueErrors)."""
+    return EvalConfig.model_validate(config_data(path, overrides))

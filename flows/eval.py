@@ -23,7 +23,6 @@ from prefect.runtime import deployment as prefect_deployment
 from core import store as store_paths
 from core.config import EvalConfig
 from core.logs import Stages, get_logger
-from core.overrides import config_data
 from core.resolve import resolve
 from core.secrets import redact
 from core.store import Store
@@ -69,8 +68,8 @@ def _check_endpoint(endpoint: Endpoint, config: EvalConfig, benchmarks: list[Ben
         endpoint,
         url_field="server.base_url" if config.server.mode == "external" else "the managed vLLM server",
         name_field="model.served_name" if config.model.served_name else "model.source",
-        chat=not all(_plain(b) for b in benchmarks),
-        plain=any(_plain(b) for b in benchmarks),
+        chat=False in (kinds := {_plain(b) for b in benchmarks}),
+        plain=True in kinds,
     )
 
 
@@ -276,11 +275,6 @@ def _kept_rollouts(store: Store, run_dir: str, collected: Collected) -> list[str
 
 
 # --- command line ---------------------------------------------------------------------------------
-
-
-def resolve_config(path: str | None, overrides: list[str]) -> EvalConfig:
-    """The config file with dotted overrides applied, validated (OverrideError, ValidationError: ValueErrors)."""
-    return EvalConfig.model_validate(config_data(path, overrides))
 
 
 if __name__ == "__main__":  # `python -m flows.eval ARGS` is `evalflow run ARGS` (kept for existing scripts)

@@ -6,8 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from core.config import EvalConfig
-from core.overrides import OverrideError
-from flows.eval import resolve_config
+from core.overrides import OverrideError, resolve_config
 
 
 def test_defaults_are_the_cpu_demo() -> None:
