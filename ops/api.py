@@ -50,6 +50,17 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise ApiError(f"the temporary Prefect API did not answer in {STARTUP_TIMEOUT_S:.0f} s: {log.read_text()[-2000:]}")
 
 
+def _drain_to_api(timeout_s: float = 15.0) -> None:
+    """Send the logs and events still queued for the API before it goes (Prefect does this at exit,
+    when its own temporary API would still be up)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        with contextlib.suppress(Exception):
+            worker.drain_all(timeout=timeout_s)
+
+
 @contextlib.contextmanager
 def prefect_api() -> Iterator[str | None]:
     """Yields the temporary API's URL (None when PREFECT_API_URL names a server): flows run inside use it."""
@@ -78,6 +89,7 @@ def prefect_api() -> Iterator[str | None]:
         with temporary_settings({PREFECT_API_URL: url}):
             yield url
     finally:
+        _drain_to_api()
         proc.terminate()  # the reaper stops the server's group
         try:
             proc.wait(timeout=20)
