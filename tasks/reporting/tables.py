@@ -211,10 +211,18 @@ def _as_datetime(value: Any) -> datetime | None:
         return None
 
 
+def _run_value(value: Any) -> str:
+    """A run_info value as a cell: the status as its state (and, when not complete, its counts)."""
+    if isinstance(value, dict) and "state" in value:
+        failed, planned = value.get("failed_rollouts"), value.get("planned_rollouts")
+        return value["state"] if not failed else f"{value['state']} ({failed} of {planned} rollouts failed)"
+    return str(value)
+
+
 def run_sections(run_info: dict[str, Any]) -> list[Section]:
     """The run's identity (scalars, plus the wall-clock duration) and its stage timings."""
     skip = {"config", "timings", "stage_timings"}
-    scalars = [(k, "–" if v is None else str(v)) for k, v in run_info.items() if k not in skip]
+    scalars = [(k, "–" if v is None else _run_value(v)) for k, v in run_info.items() if k not in skip]
     start, end = _as_datetime(run_info.get("started_at")), _as_datetime(run_info.get("finished_at"))
     if start and end:
         with contextlib.suppress(TypeError):  # naive vs aware timestamps: leave the duration out

@@ -335,3 +335,14 @@ def test_publish_artifacts_from_an_async_flow(prefect_home, report) -> None:
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="async-eval-report")))
     assert {a.key for a in found} == {"async-eval-report", "async-eval-report-html", "async-eval-report-metrics"}
+
+
+def test_the_run_table_shows_the_status_as_words_not_a_dict() -> None:
+    from tasks.reporting.tables import run_sections
+
+    status = {"state": "failed", "reason": "r", "failed_rollouts": 3, "planned_rollouts": 20, "failed_batches": []}
+    rows = dict(run_sections({"run_id": "x", "status": status})[0].table.rows)
+    assert rows["status"] == "failed (3 of 20 rollouts failed)"
+    assert dict(run_sections({"status": {**status, "state": "complete", "failed_rollouts": 0}})[0].table.rows) == {
+        "status": "complete"
+    }
