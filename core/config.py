@@ -94,6 +94,14 @@ class ServerConfig(_Strict):
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
     tensor_parallel_size: int = Field(1, ge=1)
     cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="compute dtype (--dtype); auto: the model's on GPU, on CPU float32 unless the CPU has AMX "
+        "(bf16 is emulated otherwise). Part of the batch cache key",
+    )
+    cpu_reserved_cores: int | None = Field(
+        None, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; default: none on machines of up to 8 cores"
+    )
     startup_timeout_s: float = Field(600.0, gt=0)
     max_restarts: int = Field(2, ge=0, description="restarts of a server that dies mid-run")
     tool_call_parser: str | None = Field(

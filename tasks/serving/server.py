@@ -27,6 +27,7 @@ from core.config import ServerConfig
 from core.logs import get_logger
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.runtime.venv import Runtime
+from tasks.serving.cpu_settings import CpuChoice, choose
 
 REAPER = Path(__file__).with_name("reaper.py")
 STOP_GRACE_S = 15.0
@@ -68,11 +69,15 @@ class VLLMServer:
 
     _live: set[VLLMServer] = set()  # noqa: RUF012 - registry for the crash/exit hooks
 
-    def __init__(self, runtime: Runtime, model: PreparedModel, cfg: ServerConfig, log_path: Path) -> None:
+    def __init__(
+        self, runtime: Runtime, model: PreparedModel, cfg: ServerConfig, log_path: Path, cpu: CpuChoice | None = None
+    ) -> None:
         self.runtime = runtime
         self.model = model
         self.cfg = cfg
         self.log_path = log_path
+        # CPU runtime: dtype and reserved cores for this CPU (passed in by benchmarks that compare them)
+        self.cpu = cpu or (choose(cfg.dtype, cfg.cpu_reserved_cores) if runtime.flavor == "cpu" else None)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -94,6 +99,9 @@ class VLLMServer:
                 "--no-enable-chunked-prefill",
                 "--max-num-batched-tokens", str(max(self.cfg.max_model_len, 16384)),
             ]  # fmt: skip
+        dtype = self.cpu.dtype if self.cpu else (None if self.cfg.dtype == "auto" else self.cfg.dtype)
+        if dtype:
+            cmd += ["--dtype", dtype]
         if self.runtime.flavor == "gpu":
             cmd += [
                 "--gpu-memory-utilization", str(self.cfg.gpu_memory_utilization),
@@ -107,6 +115,8 @@ class VLLMServer:
         env = self.runtime.env()
         if self.runtime.flavor == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cfg.cpu_kv_cache_gib))
+        if self.cpu and self.cpu.reserved_cores is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.cpu.reserved_cores)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
