@@ -35,12 +35,14 @@ from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import FileLockManager, lock_directory, result_storage
 from tasks.collection.failures import RunFailed
 from tasks.collection.plan import Benchmark, load_benchmarks, plan
+from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import format_terminal_summary, report_task
-from tasks.runtime.venv import ensure_runtime
+from tasks.runtime.venv import ensure_runtime, runtime_for
 from tasks.serving.preflight import check_endpoint
+from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
 
 
@@ -105,6 +107,7 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
     """
     config, store, benchmarks, model_plan = preflight(config, probe=probe)
     fingerprint = model_plan.get("fingerprint")
+    fingerprint = fingerprint and samples_fingerprint(fingerprint, config.server)
     storage = result_storage(store, save=False)
     work = plan(benchmarks, config, fingerprint, storage, store) if fingerprint else []
     cached = [p for p in work if p.cached is not None]
@@ -169,7 +172,8 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         ),
     )
     with stages("plan"):
-        work = plan(benchmarks, config, model.fingerprint, storage, store)
+        # the model plus the server settings that change samples (dtype, quantization, vLLM version)
+        work = plan(benchmarks, config, samples_fingerprint(model.fingerprint, config.server), storage, store)
         missing = [p for p in work if p.cached is None]
         logger.info(
             "%d batches (%d rollouts): %d cached, %d to collect (%d rollouts)",
@@ -240,6 +244,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             "config": redact(config.model_dump(mode="json")),  # no credential reaches a report
             "timings": stages.seconds,
             "deployment": prefect_deployment.name,  # None outside a deployment run
+            "provenance": _provenance(config, benchmarks, server),
         }
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, run_info, read_entries(store), config.baseline_run_id)
@@ -259,6 +264,15 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         "batches": {"total": len(work), "cached": len(work) - len(missing)},
         "server": server_info,
     }
+
+
+def _provenance(config: EvalConfig, benchmarks: list[Benchmark], server: VLLMServer | None) -> dict[str, Any]:
+    """The run's provenance; for a run that started no server, the runtime a managed run would use."""
+    runtime = server.runtime if server is not None else None
+    if runtime is None and config.server.mode == "managed":
+        candidate = runtime_for(config.server.runtime)
+        runtime = candidate if candidate.is_complete() else None
+    return provenance(config, benchmarks, runtime, server.cpu if server is not None else None)
 
 
 def _kept_rollouts(store: Store, run_dir: str, collected: Collected) -> list[str]:

