@@ -28,7 +28,7 @@ from pydantic.fields import FieldInfo
 ROLLOUT_SCHEMA_VERSION = 2
 SCHEMA_VERSION_KEY = b"evalflow.schema_version"
 # Version 3: env_metrics (declared by the environments) replace info_rates / info_outcomes.
-METRICS_SCHEMA_VERSION = 3
+METRICS_SCHEMA_VERSION = 4  # 4: ci.accuracy clustered by prompt, accuracy_stderr, majority_vote
 
 
 class SchemaVersionError(ValueError):
@@ -194,14 +194,24 @@ class BootstrapInterval(Interval):
     seed: int | None = None
 
 
+class ClusteredInterval(Interval):
+    """mean +/- 1.96 x the cluster-robust SE over prompts (Miller 2024); `n` counts prompts, `rollouts`
+    the rollouts. In documents of schema_version 3 and older, ci.accuracy was a Wilson interval."""
+
+    method: str = "clustered-prompts"
+    se: float | None = None
+    rollouts: int = 0
+
+
 class Intervals(_Doc):
     level: float = 0.95
-    accuracy: Interval = Field(default_factory=Interval)
+    accuracy: ClusteredInterval = Field(default_factory=ClusteredInterval)
     parse_error_rate: Interval = Field(default_factory=Interval)
     error_rate: Interval = Field(default_factory=Interval)
     pass_at_k: dict[str, Interval] = Field(default_factory=dict)
     maj_at_k: dict[str, Interval] = Field(default_factory=dict)
     mean_reward: BootstrapInterval = Field(default_factory=BootstrapInterval)
+    tool_calls_reward_corr: BootstrapInterval | None = None
 
 
 class Histogram(_Doc):
@@ -274,6 +284,8 @@ class ToolCallBucket(_Doc):
     n: int
     mean_reward: float | None
     success_rate: float | None
+    prompts: int = 0
+    mean_reward_ci: ClusteredInterval | None = None
 
 
 class PromptRow(_Doc):
@@ -315,7 +327,9 @@ class BenchmarkMetrics(_Doc):
     accuracy: float | None
     mean_reward: float | None
     pass_at_k: dict[str, float | None] = Field(default_factory=dict)
-    maj_at_k: dict[str, float | None] = Field(default_factory=dict)
+    maj_at_k: dict[str, float | None] = Field(default_factory=dict)  # empty where majority_vote is false
+    majority_vote: bool = True  # the environment declares a majority vote over answers meaningful
+    accuracy_stderr: float | None = None  # lm-eval's mean_stderr: sample std (ddof 1) / sqrt(rollouts)
     ci: Intervals = Field(default_factory=Intervals)
     reward: RewardStats = Field(default_factory=RewardStats)
     reward_values: RewardValues = Field(default_factory=RewardValues)

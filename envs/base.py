@@ -63,6 +63,10 @@ class Env(ABC):
     default_dataset: ClassVar[str]
     # What the analysis reports from `Score.info`, beyond the metrics every benchmark gets.
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    # Whether the most common `parsed_answer` of k samples is a meaningful answer (maj@k): true for a
+    # comparable final answer (a number, a formula); set False where answers cannot be voted on (game
+    # moves, programs), and the analysis reports no maj@k for the benchmark.
+    majority_vote: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         """Keep the options (as given in the run config) so they can enter the fingerprint."""

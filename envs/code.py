@@ -116,6 +116,8 @@ def _task_id(row: dict[str, Any], where: str) -> None:
 class CodeEnv(SingleTurnEnv):
     """Shared by the code benchmarks: options, sandboxed async scoring, and the `score` guard."""
 
+    majority_vote: ClassVar[bool] = False  # programs are not answers to vote on: pass@k, no maj@k
+
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec(
             "outcome",

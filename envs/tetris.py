@@ -323,6 +323,8 @@ class TetrisEnv(MultiTurnEnv):
     name: ClassVar[str] = "tetris"
     version: ClassVar[str] = "1"
     default_dataset: ClassVar[str] = "data/tetris/test.jsonl"
+    # moves are not a final answer: the reference is empty, and a vote over move lists means nothing
+    majority_vote: ClassVar[bool] = False
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec(
             "end_reason",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import duckdb
 
 from core.schema import SCHEMA_VERSION_KEY, check_schema_version
 from core.store import Store, StoreError
+from tasks.analysis.queries import sql_string
 
 # Columns the metrics need; the big text columns (messages, transcript, completion) stay on disk.
 METRIC_COLUMNS = (
@@ -22,7 +25,6 @@ METRIC_COLUMNS = (
     "completion_tokens",
     "tool_calls",
     "latency_s",
-    "info",
 )
 
 
@@ -56,8 +58,31 @@ def check_versions(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
         check_schema_version(file_name, value)
 
 
-def load(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
+def json_path(key: str) -> str:
+    """A JSON pointer for a top-level key (any characters, '~' and '/' escaped)."""
+    return "/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _env_values(keys: Mapping[str, Sequence[str]]) -> str:
+    """SQL for `env`: per benchmark, the JSON text of each wanted `info` key (in the given order).
+
+    One JSON parse per row of a benchmark that wants keys, none for the others; invalid JSON gives a
+    null list. A JSON null reads 'null' and a missing key NULL, so rates and means see only real values.
+    """
+    cases = [
+        f"WHEN {sql_string(bench)} THEN try(json_extract(info, [{', '.join(sql_string(json_path(k)) for k in ks)}]))"
+        for bench, ks in keys.items()
+        if ks
+    ]
+    return f"CASE benchmark {' '.join(cases)} END" if cases else "NULL::VARCHAR[]"
+
+
+def load(con: duckdb.DuckDBPyConnection, files: list[str], env_keys: Mapping[str, Sequence[str]] | None = None) -> int:
     """Materialise the deduplicated `rollouts` table in one scan and one sort; returns duplicates dropped.
+
+    `env_keys` names, per benchmark, the `info` keys its environment metrics read: they are copied
+    into the `env` list column during the scan (tasks/analysis/env_metrics.py reads them by position),
+    so the large `info` text is parsed once and never kept.
 
     Each prompt's rows are ordered by (repeat, newest `created_at`, last file name: the copy
     tasks/analysis/frame.py keeps); a row whose predecessor has the same repeat is a stale duplicate.
@@ -75,7 +100,7 @@ def load(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
                    CASE WHEN error IS NULL THEN reward ELSE 0.0 END AS eff_reward,
                    coalesce(success AND error IS NULL, false) AS ok
             FROM (
-                SELECT {cols}, lag(repeat) OVER w AS prev_repeat,
+                SELECT {cols}, {_env_values(env_keys or {})}::VARCHAR[] AS env, lag(repeat) OVER w AS prev_repeat,
                        dense_rank() OVER (PARTITION BY benchmark, prompt_id ORDER BY repeat) AS pos
                 FROM read_parquet($files, union_by_name = true, filename = true)
                 WINDOW w AS (PARTITION BY benchmark, prompt_id ORDER BY repeat, created_at DESC, filename DESC)

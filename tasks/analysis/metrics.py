@@ -13,11 +13,12 @@ Conventions that matter for reading the numbers:
 - Files are read through their rollout schema version (tasks/analysis/load.py): version 1 (no
   version in the metadata) and 2 read the same; a newer version is refused, naming the file.
 - pass@k is the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` averaged over prompts with n >= k.
-- maj@k takes the most common non-null ``parsed_answer`` among a prompt's first k repeats (ordered
-  by repeat index); a tie goes to the answer that occurred first. The winner is correct when it
-  equals the reference (trimmed strings), or when some rollout of the same prompt with the same
-  parsed answer succeeded (the environment's own judgement, which covers equivalent forms such as
-  ``1/2`` and ``0.5``). A prompt whose first k answers are all null counts as wrong.
+- maj@k (only for benchmarks whose environment declares ``majority_vote``; ``maj_at_k`` is empty
+  for the others, e.g. games and programs) takes the most common non-null ``parsed_answer`` among a
+  prompt's first k repeats (ordered by repeat index); a tie goes to the answer that occurred first.
+  The winner is correct when it equals the reference (trimmed strings), or when some rollout of the
+  same prompt with the same parsed answer succeeded (the environment's own judgement, which covers equivalent
+  forms such as ``1/2`` and ``0.5``). A prompt whose first k answers are all null counts as wrong.
 - ``env_metrics`` are the metrics the benchmark's environment declares (envs.base.MetricSpec, passed
   in as `specs`; core.schema.EnvMetric has the rules): a rate counts errored rollouts as false and
   leaves out completed rollouts lacking the key; a mean averages the completed rollouts' numbers;
@@ -26,15 +27,22 @@ Conventions that matter for reading the numbers:
 
 Confidence intervals (all 95%, in ``ci``, and each env rate's own ``ci``):
 
-- Rates use the Wilson score interval. ``accuracy``, ``parse_error_rate``, ``error_rate`` and the
-  env rates are rates over rollouts (n = rollouts), which treats a prompt's repeats as independent
-  and so understates the uncertainty when there are few prompts. ``pass_at_k``/``maj_at_k`` are
-  rates over prompts (n = prompts with >= k repeats; each prompt contributes a value in [0, 1]
-  whose variance is at most p(1-p), so the Wilson interval over prompts is conservative). With
-  equal repeats, pass@1 equals accuracy, and its interval is the one that respects the clustering.
-- Mean reward uses a seeded percentile bootstrap that resamples *prompts* (with all their rollouts)
-  rather than rollouts, because the rollouts of one prompt are correlated: resampling them
-  independently would give a too-narrow interval. Fewer than 2 prompts give no interval (null).
+- ``accuracy`` is clustered by prompt (Miller 2024, "Adding Error Bars to Evals"): SE =
+  sqrt(sum_i (sum_j (x_ij - mean))^2) / N over prompts i and their rollouts j (N rollouts), the CI is
+  mean +/- 1.96 SE clipped to [0, 1], null with fewer than 2 prompts. A prompt's repeats are
+  correlated (same difficulty), so a Wilson interval over rollouts would be far too narrow with many
+  repeats. ``accuracy_stderr`` is lm-eval's ``mean_stderr`` (sample std / sqrt(rollouts); over prompts
+  when each has one rollout), for comparison with lm-eval numbers: it ignores the clustering.
+- ``pass_at_k``/``maj_at_k`` keep Wilson intervals over prompts (n = prompts with >= k repeats): each
+  prompt contributes one value in [0, 1] whose variance is at most p(1-p), and prompts are independent,
+  so the interval is valid (conservative). ``parse_error_rate``, ``error_rate`` and the env rates are
+  Wilson intervals over rollouts, which understate the uncertainty when repeats are many.
+- Mean reward uses a seeded percentile bootstrap that resamples *prompts* (with all their rollouts).
+- ``tool_calls_reward_corr``: the same bootstrap over prompts of Pearson's r (from per-prompt moments).
+  Fisher's z would assume independent, bivariate-normal pairs; rollouts of a prompt are not
+  independent and rewards are far from normal (a few large wins), so resampling prompts is the honest
+  choice. Each ``reward_by_tool_calls`` bucket's ``mean_reward_ci`` is clustered by prompt like accuracy
+  (not clipped; ``prompts`` is its cluster count).
 
 The document's keys are core/schema.py's models (README's "Reading a run" lists them); metrics.json
 is ``RunMetrics.model_dump(mode="json")`` plus the report's ``run_info`` and ``comparison``.
@@ -48,7 +56,7 @@ keeps the ``MAX_REWARD_VALUES`` most common values when there are more.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,14 +66,17 @@ from prefect.cache_policies import NO_CACHE
 from core.schema import RunMetrics
 from core.store import Store
 from envs.base import MetricSpec
+from envs.registry import ENVS
 from tasks.analysis import queries
-from tasks.analysis.env_metrics import env_metrics
+from tasks.analysis.env_metrics import env_keys, env_metrics
 from tasks.analysis.load import connect, load
 from tasks.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     CI_LEVEL,
+    bootstrap_corr_ci,
     bootstrap_mean_ci,
+    clustered_interval,
     ks_for,
     pass_at_k,
     wilson,
@@ -114,32 +125,52 @@ def _counts(found: list[dict[str, Any]]) -> dict[str, int]:
     return {row["key"]: row["count"] for row in found}
 
 
+def _bootstrap(low: float | None, high: float | None, n: int) -> dict[str, Any]:
+    return {
+        "low": low,
+        "high": high,
+        "n": n,
+        "method": "bootstrap-prompts",
+        "resamples": BOOTSTRAP_RESAMPLES,
+        "seed": BOOTSTRAP_SEED,
+    }
+
+
 def _cis(
     ov: dict[str, Any],
     passk: dict[str, tuple[float | None, int]],
     maj: dict[str, tuple[float | None, int]],
     per_prompt: list[dict[str, Any]],
+    tool_moments: np.ndarray | None,
 ) -> dict[str, Any]:
     n = ov["n_rollouts"]
     low, high = bootstrap_mean_ci(
         np.array([p["reward_sum"] for p in per_prompt]), np.array([p["n"] for p in per_prompt])
     )
+    corr = None
+    if tool_moments is not None and ov["tool_calls_reward_corr"] is not None:
+        corr = _bootstrap(*bootstrap_corr_ci(tool_moments), len(tool_moments))
     return {
         "level": CI_LEVEL,
-        "accuracy": wilson(ov["accuracy"], n),
+        "accuracy": clustered_interval(ov["accuracy"], ov["accuracy_se"], ov["n_prompts"], n, clip=True),
         "parse_error_rate": wilson(ov["parse_error_rate"], n),
         "error_rate": wilson(ov["error_rate"], n),
         "pass_at_k": {k: wilson(v, m) for k, (v, m) in passk.items()},
         "maj_at_k": {k: wilson(v, m) for k, (v, m) in maj.items()},
-        "mean_reward": {
-            "low": low,
-            "high": high,
-            "n": len(per_prompt),
-            "method": "bootstrap-prompts",
-            "resamples": BOOTSTRAP_RESAMPLES,
-            "seed": BOOTSTRAP_SEED,
-        },
+        "mean_reward": _bootstrap(low, high, len(per_prompt)),
+        "tool_calls_reward_corr": corr,
     }
+
+
+def _buckets(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean reward by tool-call count, each with its CI clustered by prompt (see module doc)."""
+    return [
+        {
+            **{k: v for k, v in row.items() if k != "se"},
+            "mean_reward_ci": clustered_interval(row["mean_reward"], row["se"], row["prompts"], row["n"], clip=False),
+        }
+        for row in found
+    ]
 
 
 def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], extras: dict[str, Any]) -> dict[str, Any]:
@@ -155,10 +186,12 @@ def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], ext
         "successes": ov["successes"],
         "repeats": repeats,
         "accuracy": ov["accuracy"],
+        "accuracy_stderr": ov["accuracy_stderr"],
+        "majority_vote": extras["majority_vote"],
         "mean_reward": ov["mean_reward"],
         "pass_at_k": {k: v for k, (v, _) in passk.items()},
         "maj_at_k": {k: v for k, (v, _) in maj.items()},
-        "ci": _cis(ov, passk, maj, per_prompt),
+        "ci": _cis(ov, passk, maj, per_prompt, extras["tool_moments"]),
         "reward": {
             "min": ov["reward_min"],
             "max": ov["reward_max"],
@@ -190,31 +223,43 @@ def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], ext
             "total": ov["tool_calls_total"],
             "reward_corr": ov["tool_calls_reward_corr"],
         },
-        "reward_by_tool_calls": extras["by_tool_calls"],
+        "reward_by_tool_calls": _buckets(extras["by_tool_calls"]),
         "per_prompt": [{k: v for k, v in p.items() if k != "reward_sum"} for p in per_prompt],
         "env_metrics": extras["env_metrics"],
     }
 
 
-def compute_metrics(files: list[str], store: Store, specs: Specs | None = None) -> RunMetrics:
+def majority_votes(names: Iterable[str]) -> dict[str, bool]:
+    """Whether each named benchmark's environment declares maj@k meaningful (envs.base.Env.majority_vote);
+    a name with no environment here (a benchmark of an older run, say) votes, as before the declaration."""
+    return {name: ENVS[name].majority_vote if name in ENVS else True for name in names}
+
+
+def compute_metrics(
+    files: list[str], store: Store, specs: Specs | None = None, votes: Collection[str] | None = None
+) -> RunMetrics:
     """The run metrics of the batch parquet files (see module doc); `specs` are the metrics each
-    benchmark's environment declares (envs.registry.metric_specs), keyed by benchmark name."""
+    benchmark's environment declares (envs.registry.metric_specs), keyed by benchmark name; `votes` the
+    benchmarks that get maj@k (default: those whose environment declares it, see majority_votes)."""
     if not files:
         return RunMetrics()
     con = connect(files, store)
     try:
-        duplicates = load(con, files)
+        duplicates = load(con, files, env_keys(specs or {}))
+        con.execute(queries.PROMPTS_SQL)
         overview = {row.pop("benchmark"): row for row in queries.rows(con, queries.OVERVIEW_SQL)}
         if not overview:
             return RunMetrics(duplicate_rollouts=duplicates)
-        con.execute(queries.PROMPTS_SQL)
+        if votes is None:
+            votes = {name for name, vote in majority_votes(overview).items() if vote}
         repeats_max = {r["benchmark"]: r["n"] for r in queries.rows(con, queries.REPEATS_MAX_SQL)}
-        maj = queries.maj_at_ks(con, {b: ks_for(n) for b, n in repeats_max.items()})
+        maj = queries.maj_at_ks(con, {b: ks_for(n) for b, n in repeats_max.items() if b in votes})
         per_prompt = queries.by_benchmark(queries.rows(con, queries.PER_PROMPT_SQL))
         values = queries.by_benchmark(queries.rows(con, queries.REWARD_VALUES_SQL, {"cap": queries.MAX_REWARD_VALUES}))
         finish = queries.by_benchmark(queries.rows(con, queries.FINISH_REASONS_SQL))
         errors = queries.by_benchmark(queries.rows(con, queries.ERRORS_SQL))
         by_tools = queries.by_benchmark(queries.rows(con, queries.BY_TOOL_CALLS_SQL))
+        tool_moments = {b: queries.tool_moments(con, b) for b, ov in overview.items() if ov["tool_calls_max"]}
         wanted = {name: (specs or {}).get(name, ()) for name in overview}
         declared = env_metrics(con, wanted, {b: ov["error_count"] for b, ov in overview.items()})
         distributions = queries.distributions(con)
@@ -223,12 +268,14 @@ def compute_metrics(files: list[str], store: Store, specs: Specs | None = None) 
     benchmarks = {}
     for name, ov in overview.items():
         extras = {
+            "majority_vote": name in votes,
             "maj": maj.get(name, {}),
             "reward_values": _reward_values(values.get(name, [])),
             "distributions": distributions.get(name, {}),
             "errors": _counts(errors.get(name, [])),
             "finish_reasons": _counts(finish.get(name, [])),
             "by_tool_calls": by_tools.get(name, []),
+            "tool_moments": tool_moments.get(name),
             "env_metrics": declared.get(name, []),
         }
         benchmarks[name] = _benchmark_metrics(ov, per_prompt[name], extras)
@@ -258,9 +305,11 @@ def _rounded(value: Any) -> Any:
 
 
 @task(name="analyze-rollouts", cache_policy=NO_CACHE)
-def analyze_task(files: list[str], store: Store, specs: Specs | None = None) -> RunMetrics:
+def analyze_task(
+    files: list[str], store: Store, specs: Specs | None = None, votes: Collection[str] | None = None
+) -> RunMetrics:
     """Compute the run metrics inside a flow."""
-    metrics = compute_metrics(files, store, specs)
+    metrics = compute_metrics(files, store, specs, votes)
     get_run_logger().info(
         "analyzed %d rollouts from %d files over %d benchmarks",
         metrics.total_rollouts,

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import duckdb
-import pyarrow as pa
+import numpy as np
 
 HISTOGRAM_BINS = 30
 MAX_REWARD_VALUES = 1000
@@ -52,12 +52,23 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# Needs `prompts`. accuracy_se is the cluster-robust SE of the mean over prompts i with rollouts j
+# (Miller 2024, "Adding Error Bars to Evals"): sqrt(sum_i (sum_j (x_ij - mean))^2) / N, where
+# sum_j (x_ij - mean) = successes_i - n_i * mean. accuracy_stderr is lm-eval's mean_stderr over rollouts.
 OVERVIEW_SQL = """
+WITH clustered AS (
+    SELECT benchmark, sqrt(sum(power(successes - n * mean, 2))) / sum(n) AS accuracy_se
+    FROM (SELECT benchmark, n, successes, sum(successes) OVER b / sum(n) OVER b AS mean
+          FROM prompts WINDOW b AS (PARTITION BY benchmark))
+    GROUP BY benchmark
+)
+SELECT * FROM (
 SELECT benchmark,
        count(*) AS n_rollouts,
        count(DISTINCT prompt_id) AS n_prompts,
        sum(ok::INT) AS successes,
        avg(ok::DOUBLE) AS accuracy,
+       stddev_samp(ok::DOUBLE) / sqrt(count(*)) AS accuracy_stderr,
        avg(eff_reward) AS mean_reward,
        min(eff_reward) AS reward_min,
        max(eff_reward) AS reward_max,
@@ -80,6 +91,7 @@ SELECT benchmark,
        corr(tool_calls::DOUBLE, eff_reward) AS tool_calls_reward_corr
 FROM rollouts
 GROUP BY benchmark
+) JOIN clustered USING (benchmark)
 ORDER BY benchmark
 """
 
@@ -102,10 +114,25 @@ QUALIFY row_number() OVER (PARTITION BY benchmark ORDER BY count DESC, value) <=
 ORDER BY benchmark, value
 """
 
+# Per tool-call count: mean reward with its clustered SE over the prompts that have rollouts there.
 BY_TOOL_CALLS_SQL = """
-SELECT benchmark, tool_calls, count(*) AS n, avg(eff_reward) AS mean_reward,
-       avg(ok::DOUBLE) AS success_rate
-FROM rollouts GROUP BY ALL ORDER BY ALL
+SELECT benchmark, tool_calls, sum(n)::BIGINT AS n, count(*) AS prompts, any_value(mean) AS mean_reward,
+       sum(oks) / sum(n) AS success_rate, sqrt(sum(power(s - n * mean, 2))) / sum(n) AS se
+FROM (
+    SELECT *, sum(s) OVER b / sum(n) OVER b AS mean
+    FROM (SELECT benchmark, tool_calls, prompt_id, count(*) AS n, sum(eff_reward) AS s, sum(ok::INT) AS oks
+          FROM rollouts GROUP BY ALL)
+    WINDOW b AS (PARTITION BY benchmark, tool_calls)
+)
+GROUP BY benchmark, tool_calls ORDER BY benchmark, tool_calls
+"""
+
+# Per prompt, the moments of (tool calls, reward) that Pearson's r needs (stats.bootstrap_corr_ci).
+_TOOL_MOMENTS_SQL = """
+SELECT count(*), sum(x), sum(y), sum(x * x), sum(y * y), sum(x * y)
+FROM (SELECT prompt_id, tool_calls::DOUBLE AS x, eff_reward AS y FROM rollouts
+      WHERE benchmark = $bench AND tool_calls IS NOT NULL AND eff_reward IS NOT NULL)
+GROUP BY prompt_id ORDER BY prompt_id
 """
 
 FINISH_REASONS_SQL = """
@@ -125,6 +152,11 @@ SELECT p.benchmark, p.prompt_id, p.n, p.successes, p.success_rate, p.mean_reward
 FROM prompts p LEFT JOIN winners w USING (benchmark, prompt_id)
 ORDER BY p.benchmark, p.prompt_id
 """
+
+
+def tool_moments(con: duckdb.DuckDBPyConnection, bench: str) -> np.ndarray:
+    """(prompts, 6) array of n, sum x, sum y, sum x^2, sum y^2, sum xy (x = tool calls, y = reward)."""
+    return np.array(con.execute(_TOOL_MOMENTS_SQL, {"bench": bench}).fetchall(), dtype=np.float64).reshape(-1, 6)
 
 
 def _votes_sql(ks: list[int]) -> tuple[str, str]:
@@ -206,26 +238,18 @@ def distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
             }
         if not bins:
             continue
-        table = pa.table(
-            {
-                "benchmark": list(bins),
-                "lo": [b[0] for b in bins.values()],
-                "width": [b[1] for b in bins.values()],
-                "nbins": [b[2] for b in bins.values()],
-            }
+        # the bin layouts as a VALUES list: registering a pyarrow table costs seconds of imports the first time
+        layout = ", ".join(
+            f"({sql_string(bench)}, {lo!r}::DOUBLE, {width!r}::DOUBLE, {count})"
+            for bench, (lo, width, count) in bins.items()
         )
-        con.register("bins", table)
-        try:
-            found = con.execute(
-                f"""
-                SELECT r.benchmark, least(floor((r.{expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin,
-                       count(*) AS count
-                FROM rollouts r JOIN bins b USING (benchmark)
-                WHERE r.{expr} IS NOT NULL GROUP BY ALL
-                """
-            ).fetchall()
-        finally:
-            con.unregister("bins")
+        found = con.execute(
+            f"""
+            SELECT r.benchmark, least(floor((r.{expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin, count(*) AS count
+            FROM rollouts r JOIN (VALUES {layout}) b(benchmark, lo, width, nbins) USING (benchmark)
+            WHERE r.{expr} IS NOT NULL GROUP BY ALL
+            """
+        ).fetchall()
         for bench, index, count in found:
             out[bench][name]["histogram"]["counts"][int(index)] = int(count)
     return out

@@ -53,6 +53,29 @@ def wilson(rate: float | None, n: int) -> dict[str, Any]:
     return {"low": low, "high": high, "n": n, "method": "wilson"}
 
 
+def _resampled_sums(columns: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Column sums of `resamples` resamples of the rows (clusters) with replacement: (resamples, columns)."""
+    n = len(columns)
+    rng = np.random.default_rng(seed)
+    out = np.empty((resamples, columns.shape[1]))
+    chunk = max(1, 2_000_000 // n)  # bounded memory: chunk x n indices at a time
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        for j in range(columns.shape[1]):
+            out[start:stop, j] = columns[:, j][idx].sum(axis=1)
+    return out
+
+
+def _percentiles(stats: np.ndarray, level: float) -> tuple[float | None, float | None]:
+    stats = stats[np.isfinite(stats)]
+    if not len(stats):
+        return None, None
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def bootstrap_mean_ci(
     sums: np.ndarray,
     counts: np.ndarray,
@@ -61,17 +84,41 @@ def bootstrap_mean_ci(
     level: float = CI_LEVEL,
 ) -> tuple[float | None, float | None]:
     """Percentile bootstrap of sum(sums)/sum(counts), resampling clusters (prompts) with replacement."""
-    n = len(sums)
-    if n < 2:
+    if len(sums) < 2:
         return None, None
-    rng = np.random.default_rng(seed)
-    sums, counts = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)
-    stats = np.empty(resamples)
-    chunk = max(1, 2_000_000 // n)  # bounded memory: chunk x n indices at a time
-    for start in range(0, resamples, chunk):
-        stop = min(resamples, start + chunk)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        stats[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
-    tail = (1.0 - level) / 2
-    low, high = np.quantile(stats, [tail, 1.0 - tail])
-    return float(low), float(high)
+    found = _resampled_sums(np.column_stack([sums, counts]).astype(np.float64), resamples, seed)
+    return _percentiles(found[:, 0] / found[:, 1], level)
+
+
+def bootstrap_corr_ci(
+    moments: np.ndarray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = CI_LEVEL,
+) -> tuple[float | None, float | None]:
+    """Percentile bootstrap of Pearson's r over rollouts, resampling clusters (prompts) with replacement.
+
+    `moments` has one row per cluster: (n, sum x, sum y, sum x^2, sum y^2, sum xy) of its rollouts, so
+    a resample's r comes from summed moments without touching the rollouts. Resamples where x or y is
+    constant (r undefined) are left out.
+    """
+    if len(moments) < 2:
+        return None, None
+    n, sx, sy, sxx, syy, sxy = _resampled_sums(np.asarray(moments, dtype=np.float64), resamples, seed).T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (n * sxy - sx * sy) / np.sqrt((n * sxx - sx * sx) * (n * syy - sy * sy))
+    return _percentiles(r, level)
+
+
+def clustered_interval(
+    mean: float | None, se: float | None, clusters: int, rollouts: int, clip: bool
+) -> dict[str, Any]:
+    """mean +/- z * clustered SE (clipped to [0, 1] for a rate), as the metrics document stores it; null
+    bounds with fewer than 2 clusters (the SE is 0 for one cluster, not "no uncertainty")."""
+    if mean is None or se is None or clusters < 2:
+        low = high = None
+    else:
+        low, high = mean - Z_95 * se, mean + Z_95 * se
+        if clip:
+            low, high = max(0.0, low), min(1.0, high)
+    return {"low": low, "high": high, "n": clusters, "rollouts": rollouts, "se": se, "method": "clustered-prompts"}

@@ -1,7 +1,8 @@
 """The headline: one row of key metrics per benchmark, for the report, run index, artifacts and terminal.
 
-A row holds accuracy, pass@k, maj@k and mean reward with their CIs, and the environment metrics declared
-`headline=True`.
+A row holds accuracy with its 95% CI clustered by prompt and lm-eval's standard error, pass@k, maj@k
+(only when some benchmark's environment declares majority votes meaningful), mean reward with its CI,
+and the environment metrics declared `headline=True`.
 
 Every reporting entry point takes the metrics as `core.schema.RunMetrics`; `as_run_metrics` is the one
 place where a metrics dict (metrics.json, an older analysis) becomes one.
@@ -14,11 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core import schema
 from core.schema import BenchmarkMetrics, EnvMetric, Interval, RunMetrics
 from tasks.reporting.format import fmt_ci, fmt_num, fmt_rate
 from tasks.reporting.parts import Table
 
-Metrics = RunMetrics | Mapping[str, Any]
+Metrics = schema.RunMetrics | Mapping[str, Any]
 
 # (row key, column label, formatter); environment headline metrics go after ENV_COLUMNS_AFTER.
 _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
@@ -27,7 +29,8 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("rollouts", "rollouts", fmt_num),
     ("n", "n", fmt_num),
     ("accuracy", "accuracy", fmt_rate),
-    ("accuracy_ci", "accuracy 95% CI", lambda ci: fmt_ci(*ci)),
+    ("accuracy_ci", "accuracy 95% CI (clustered by prompt)", lambda ci: fmt_ci(*ci)),
+    ("stderr", "stderr", lambda se: fmt_num(se, 4)),
     ("pass@1", "pass@1", fmt_rate),
     ("pass@n", "pass@n", fmt_rate),
     ("maj@n", "maj@n", fmt_rate),
@@ -41,7 +44,15 @@ _CORE_KEYS = {key for key, _, _ in _COLUMNS}
 
 
 def as_run_metrics(metrics: Metrics) -> RunMetrics:
-    return metrics if isinstance(metrics, RunMetrics) else RunMetrics.model_validate(dict(metrics))
+    """The metrics as `core.schema.RunMetrics`, whatever form they came in."""
+    if isinstance(metrics, RunMetrics):
+        return metrics
+    return RunMetrics.model_validate(metrics.model_dump() if isinstance(metrics, BaseModel) else dict(metrics))
+
+
+def has_majority_votes(metrics: RunMetrics) -> bool:
+    """Whether any benchmark has maj@k (its environment declares majority votes meaningful)."""
+    return any(bm.maj_at_k for bm in metrics.benchmarks.values())
 
 
 def bounds(interval: Interval | None) -> tuple[float | None, float | None]:
@@ -75,7 +86,8 @@ def _columns(metrics: RunMetrics) -> list[tuple[str, str, Callable[[Any], str]]]
     """The headline columns; an environment metric's column appears only when some benchmark declares it."""
     extra = [(m.key, m.label, fmt_rate if m.kind == "rate" else fmt_num) for m in headline_env_metrics(metrics)]
     at = next(i for i, (key, _, _) in enumerate(_COLUMNS) if key == ENV_COLUMNS_AFTER) + 1
-    return [*_COLUMNS[:at], *extra, *_COLUMNS[at:]]
+    columns = [*_COLUMNS[:at], *extra, *_COLUMNS[at:]]
+    return columns if has_majority_votes(metrics) else [c for c in columns if c[0] != "maj@n"]
 
 
 def headline_rows(metrics: Metrics) -> list[dict[str, Any]]:
@@ -93,6 +105,7 @@ def headline_rows(metrics: Metrics) -> list[dict[str, Any]]:
             "n": n,
             "accuracy": bm.accuracy,
             "accuracy_ci": bounds(bm.ci.accuracy),
+            "stderr": bm.accuracy_stderr,
             "pass@1": bm.pass_at_k.get("1"),
             "pass@n": bm.pass_at_k.get(str(n)),
             "maj@n": bm.maj_at_k.get(str(n)),
@@ -140,6 +153,7 @@ class StoredHeadline(BaseModel):
     n: int | None = None
     accuracy: float | None = None
     accuracy_ci: tuple[float | None, float | None] = (None, None)
+    stderr: float | None = None
     pass_at_1: float | None = Field(None, alias="pass@1")
     pass_at_n: float | None = Field(None, alias="pass@n")
     maj_at_n: float | None = Field(None, alias="maj@n")

@@ -9,6 +9,7 @@ import contextlib
 from datetime import datetime
 from typing import Any
 
+from core import schema
 from core.schema import BenchmarkMetrics, EnvMetric, PromptRow
 from tasks.reporting.format import clip, fmt_duration, fmt_interval, fmt_num, fmt_rate
 from tasks.reporting.headline import format_env_value, uses_tools
@@ -26,7 +27,8 @@ def _summary_table(bm: BenchmarkMetrics) -> Table:
             ("rollouts", fmt_num(bm.n_rollouts)),
             ("repeats per prompt", f"{rep['min']}–{rep['max']}" if rep["min"] != rep["max"] else str(rep["max"])),
             ("success rate", f"{fmt_rate(bm.accuracy)} ({bm.successes:,}/{bm.n_rollouts:,})"),
-            ("success rate 95% CI", fmt_interval(ci.accuracy)),
+            ("success rate 95% CI (clustered by prompt)", fmt_interval(ci.accuracy)),
+            ("standard error (lm-eval mean_stderr, ignores clustering)", fmt_num(bm.accuracy_stderr, 4)),
             ("mean reward", fmt_num(bm.mean_reward)),
             ("mean reward 95% CI (bootstrap over prompts)", fmt_interval(ci.mean_reward, rate=False)),
             ("parse-error rate", f"{fmt_rate(bm.parse_error_rate)} (CI {fmt_interval(ci.parse_error_rate)})"),
@@ -38,19 +40,15 @@ def _summary_table(bm: BenchmarkMetrics) -> Table:
 
 
 def _k_table(bm: BenchmarkMetrics) -> Table:
-    return Table(
-        ["k", "pass@k", "pass@k 95% CI", "maj@k", "maj@k 95% CI"],
-        [
-            [
-                k,
-                fmt_rate(bm.pass_at_k[k]),
-                fmt_interval(bm.ci.pass_at_k.get(k)),
-                fmt_rate(bm.maj_at_k.get(k)),
-                fmt_interval(bm.ci.maj_at_k.get(k)),
-            ]
-            for k in sorted(bm.pass_at_k, key=int)
-        ],
-    )
+    """pass@k with Wilson CIs over prompts, and maj@k only where the environment declares it."""
+    header = ["k", "pass@k", "pass@k 95% CI"] + (["maj@k", "maj@k 95% CI"] if bm.maj_at_k else [])
+    rows = []
+    for k in sorted(bm.pass_at_k, key=int):
+        row = [k, fmt_rate(bm.pass_at_k[k]), fmt_interval(bm.ci.pass_at_k.get(k))]
+        if bm.maj_at_k:
+            row += [fmt_rate(bm.maj_at_k.get(k)), fmt_interval(bm.ci.maj_at_k.get(k))]
+        rows.append(row)
+    return Table(header, rows)
 
 
 def _reward_table(bm: BenchmarkMetrics) -> Table:
@@ -94,12 +92,27 @@ def _tool_sections(bm: BenchmarkMetrics) -> list[Section]:
             ("min–max", f"{fmt_num(t.min)}–{fmt_num(t.max)}"),
             ("total", fmt_num(t.total)),
             ("Pearson r (tool calls, reward)", fmt_num(t.reward_corr)),
+            ("Pearson r 95% CI (bootstrap over prompts)", fmt_interval(bm.ci.tool_calls_reward_corr, rate=False)),
         ]
     )
     by_count = Table(
-        ["tool calls", "rollouts", "mean reward", "success rate"],
         [
-            [str(row.tool_calls), fmt_num(row.n), fmt_num(row.mean_reward), fmt_rate(row.success_rate)]
+            "tool calls",
+            "rollouts",
+            "prompts",
+            "mean reward",
+            "mean reward 95% CI (clustered by prompt)",
+            "success rate",
+        ],
+        [
+            [
+                str(row.tool_calls),
+                fmt_num(row.n),
+                fmt_num(row.prompts),
+                fmt_num(row.mean_reward),
+                fmt_interval(row.mean_reward_ci, rate=False),
+                fmt_rate(row.success_rate),
+            ]
             for row in bm.reward_by_tool_calls
         ],
     )
@@ -172,11 +185,13 @@ def prompt_table(bm: BenchmarkMetrics, limit: int | None) -> Table:
     )
 
 
-def benchmark_sections(bm: BenchmarkMetrics) -> list[Section]:
+def benchmark_sections(bm: schema.BenchmarkMetrics) -> list[Section]:
     """Every per-benchmark table but the per-prompt one, titled, in report order."""
+    if not isinstance(bm, BenchmarkMetrics):  # a core document: read it with the analysis's fields
+        bm = BenchmarkMetrics.model_validate(bm.model_dump())
     sections = [
         Section("Summary", _summary_table(bm)),
-        Section("pass@k and maj@k", _k_table(bm)),
+        Section("pass@k and maj@k" if bm.maj_at_k else "pass@k", _k_table(bm)),
         Section("Reward", _reward_table(bm)),
     ]
     values = _reward_values_table(bm)
