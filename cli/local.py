@@ -65,13 +65,19 @@ def run_deployment(
         list[str] | None,
         typer.Option("--param", help="KEY=VALUE, the value as JSON (as `prefect deployment run`)", show_default=False),
     ] = None,
-    timeout: Annotated[int, typer.Option(help="seconds to wait for the run to finish")] = 3600,
+    timeout: Annotated[int, typer.Option(help="seconds to follow the run (it goes on after)")] = 3600,
 ) -> None:
-    """Run a deployment and follow it (`prefect deployment run --watch`); print its UI URL, state and report.
+    """Run a deployment and follow it here: its log lines and state changes until it ends, then its headline
+    table, report and UI URL.
 
-    Exits 1 unless the run completes. A worker for the deployment's pool must be running.
+    Exits 1 unless the run completes. A worker for the deployment's pool must be running. Ctrl-C stops
+    following; the run goes on (the message says how to cancel it).
     """
-    code = ops.run(deployment, param or [], timeout)
+    try:
+        code = ops.run(deployment, param or [], timeout)
+    except ops.OpsError as exc:
+        typer.echo(f"evalflow local run: {exc}", err=True)
+        raise typer.Exit(1) from exc
     raise typer.Exit(code)
 
 
@@ -82,7 +88,8 @@ def stop() -> None:
 
 
 def demo() -> None:
-    """Run eval/smoke through a local Prefect server and worker (SmolLM2 on vLLM CPU); print its report.
+    """Run eval/smoke through a local Prefect server and worker (SmolLM2 on vLLM CPU), following its logs
+    here; print its headline table and report.
 
     Starts the server, creates the work pools, saves the blocks, deploys prefect.yaml and starts a CPU
     worker first, each only if missing. `evalflow local stop` stops the server and workers.

@@ -184,6 +184,12 @@ class CollectionConfig(_Strict):
         description="share of rollouts that may fail transiently (after retries) before the run ends Failed; "
         "any configuration failure (401, 404, a rejected option) always fails the run",
     )
+    progress_interval_s: float = Field(
+        10.0,
+        gt=0,
+        description="seconds between progress reports (log line, artifact, terminal) and snapshots of each "
+        "open batch's finished rollouts",
+    )
 
 
 class StoreConfig(_Strict):
@@ -195,6 +201,11 @@ class StoreConfig(_Strict):
     storage_options: dict[str, Any] = Field(
         default_factory=dict,
         description="fsspec options (endpoint, region, ...); credentials belong in a store block or the environment",
+    )
+    self_contained_reports: bool = Field(
+        False,
+        description="report.html holds plotly.js itself (one 5 MB file to mail around) instead of linking the "
+        "store's one copy, static/plotly-<version>.min.js",
     )
 
     @field_validator("url")

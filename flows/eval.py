@@ -207,6 +207,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
                 sampling=config.sampling,
                 collection=config.collection,
                 store=store,
+                progress_interval_s=config.collection.progress_interval_s,
             )
             if server is not None:
                 async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:

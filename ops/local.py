@@ -9,13 +9,16 @@ analytics off.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -30,6 +33,7 @@ PORT = int(os.environ.get("EVALFLOW_PREFECT_PORT", "4200"))
 POOLS = ("evalflow-cpu", "evalflow-gpu")
 DEFAULT_API = f"http://127.0.0.1:{PORT}/api"
 SMOKE = "eval/smoke"
+WAITING_HINT_S = 60.0  # a run still scheduled this long after it was created: say that it waits for a worker
 
 
 class OpsError(RuntimeError):
@@ -167,29 +171,155 @@ async def _outcome(flow_run_id: UUID) -> tuple[Any, str | None]:
     return flow_run, None
 
 
+def parameters(params: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs as `prefect deployment run --param` reads them: the value as JSON, else as text."""
+    parsed: dict[str, Any] = {}
+    for spec in params:
+        key, sep, value = spec.partition("=")
+        if not sep or not key:
+            raise OpsError(f"--param {spec!r}: expected KEY=VALUE")
+        try:
+            parsed[key] = json.loads(value)
+        except ValueError:
+            parsed[key] = value
+    return parsed
+
+
+def log_line(log: Any) -> str:
+    """`HH:MM:SS LEVEL message`, in local time."""
+    return f"{log.timestamp.astimezone():%H:%M:%S} {logging.getLevelName(log.level):<7} {log.message}"
+
+
+class LogFollower:
+    """New log lines of one flow run, oldest first, each once. Logs reach the API in batches, and not always
+    in timestamp order, so each read looks back `overlap_s` before the newest line seen and skips known ids."""
+
+    def __init__(self, client: Any, flow_run_id: UUID, overlap_s: float = 60.0, page: int = 200) -> None:
+        self.client, self.flow_run_id, self.overlap_s, self.page = client, flow_run_id, overlap_s, page
+        self.seen: set[UUID] = set()
+        self.newest: datetime | None = None
+
+    async def new_lines(self) -> list[str]:
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId, LogFilterTimestamp
+        from prefect.client.schemas.sorting import LogSort
+
+        after = self.newest - timedelta(seconds=self.overlap_s) if self.newest else None
+        log_filter = LogFilter(
+            flow_run_id=LogFilterFlowRunId(any_=[self.flow_run_id]), timestamp=LogFilterTimestamp(after_=after)
+        )
+        fresh: list[Any] = []
+        offset = 0
+        while True:
+            logs = await self.client.read_logs(
+                log_filter=log_filter, limit=self.page, offset=offset, sort=LogSort.TIMESTAMP_ASC
+            )
+            fresh += [log for log in logs if log.id not in self.seen]
+            if len(logs) < self.page:
+                break
+            offset += self.page
+        self.seen.update(log.id for log in fresh)
+        if fresh:
+            self.newest = max(self.newest or fresh[-1].timestamp, *(log.timestamp for log in fresh))
+        return [log_line(log) for log in fresh]
+
+
+async def follow(
+    flow_run_id: UUID,
+    poll_s: float = 2.0,
+    timeout_s: float | None = None,
+    settle_s: float = 5.0,
+    out: Callable[[str], None] = print,
+) -> Any:
+    """Print the flow run's logs and state changes as they come until it ends (or `timeout_s` passes);
+    return the flow run as last read."""
+    from prefect.client.orchestration import PrefectClient
+
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+    state_name: str | None = None
+    waiting: float | None = time.monotonic()  # until the hint that no worker took the run is shown
+    async with PrefectClient(api_url()) as client:
+        follower = LogFollower(client, flow_run_id)
+        while True:
+            flow_run = await client.read_flow_run(flow_run_id)
+            for line in await follower.new_lines():
+                out(line)
+            if flow_run.state_name != state_name:
+                state_name = flow_run.state_name
+                out(f"{datetime.now():%H:%M:%S} state: {state_name}")
+            scheduled = flow_run.state is not None and flow_run.state.is_scheduled()
+            if scheduled and waiting is not None and time.monotonic() - waiting > WAITING_HINT_S:
+                out(f"{datetime.now():%H:%M:%S} no worker took the run yet (`evalflow local worker` starts one)")
+                waiting = None
+            if flow_run.state is not None and flow_run.state.is_final():
+                # the run's last lines reach the API after its final state (sent every 2 s, and at exit)
+                settled = time.monotonic() + settle_s
+                while time.monotonic() < settled:
+                    await asyncio.sleep(poll_s)
+                    for line in await follower.new_lines():
+                        out(line)
+                return flow_run
+            if deadline is not None and time.monotonic() > deadline:
+                return flow_run
+            await asyncio.sleep(poll_s)
+
+
+async def _create_run(deployment: str, params: dict[str, Any]) -> UUID:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.deployments import arun_deployment
+
+    async with PrefectClient(api_url()) as client:
+        flow_run = await arun_deployment(deployment, client=client, parameters=params, timeout=0, as_subflow=False)
+    return flow_run.id
+
+
+def headline(report: str) -> str | None:
+    """The run's headline table from the metrics.json beside its (local) report, if there is one."""
+    from tasks.reporting.report import format_terminal_summary
+
+    metrics = Path(report).with_name("metrics.json")
+    if not metrics.is_file():
+        return None
+    data = json.loads(metrics.read_text())
+    for extra in ("run_info", "comparison"):
+        data.pop(extra, None)
+    return format_terminal_summary(data, {})
+
+
 def run(deployment: str, params: list[str], timeout_s: int = 3600) -> int:
-    """`prefect deployment run --watch` (its logs stream here), then the UI URL, final state and report."""
-    cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deployment", "run", deployment, "--watch",
-           "--watch-timeout", str(timeout_s), *(arg for param in params for arg in ("--param", param))]  # fmt: skip
-    # Rich wraps at 80 columns when its output is a pipe (ours, read here): keep the terminal's width
-    env = {**child_env(), "COLUMNS": str(shutil.get_terminal_size().columns)}
-    flow_run_id: UUID | None = None
-    with subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            print(line, end="", flush=True)
-            if flow_run_id is None and (match := re.search(r"UUID:\s*([0-9a-f-]{36})", line)):
-                flow_run_id = UUID(match.group(1))
-                print(f"flow run: {ui_url(f'/runs/flow-run/{flow_run_id}')}", flush=True)
-    if flow_run_id is None:  # refused before a run was created (unknown deployment, invalid parameters)
-        return proc.returncode or 1
-    final, report = asyncio.run(_outcome(flow_run_id))
+    """Start a run of `deployment` and follow it here: its log lines (`HH:MM:SS LEVEL message`, polled every
+    2 s) and state changes until it ends, then its headline table, report and UI URL. Ctrl-C stops
+    following, not the run."""
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+
+    try:
+        flow_run_id = asyncio.run(_create_run(deployment, parameters(params)))
+    except ObjectNotFound:
+        print(f"deployment {deployment!r} not found on {api_url()} (`evalflow local deploy` creates them)")
+        return 1
+    except PrefectHTTPStatusError as exc:  # refused: parameters that do not fit the deployment's schema
+        print(f"Prefect refused a run of {deployment}: {exc.response.json().get('detail') or exc}")
+        return 1
+    url = ui_url(f"/runs/flow-run/{flow_run_id}")
+    print(f"flow run UUID: {flow_run_id}\nflow run: {url}", flush=True)
+    try:
+        final = asyncio.run(follow(flow_run_id, timeout_s=timeout_s))
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the run goes on: {url}\ncancel it with `prefect flow-run cancel {flow_run_id}`")
+        return 130
     state = final.state
-    print(f"state: {final.state_name}" + (f" ({state.message})" if state and not state.is_completed() else ""))
+    if state is None or not state.is_final():
+        print(f"still {final.state_name} after {timeout_s} s; it goes on: {url}")
+        return 1
+    _, report = asyncio.run(_outcome(flow_run_id))
+    print(f"state: {final.state_name}" + (f" ({state.message})" if not state.is_completed() else ""))
+    table = headline(report) if report else None
+    if table:
+        print(table)
     if report:
         print(f"report: {report}")
+    print(f"flow run: {url}")
     print(f"Prefect UI: {ui_url()}  ·  `evalflow local stop` (make stop) stops the server and workers")
-    return 0 if state and state.is_completed() else 1
+    return 0 if state.is_completed() else 1
 
 
 def _stop(pid_file: Path) -> None:

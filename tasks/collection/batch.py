@@ -1,15 +1,17 @@
 """The batch task: one batch of rollouts collected concurrently and written as one parquet file,
 cached by the batch's content key so a finished batch is never collected again.
 
-A batch with failed rollouts (see tasks.collection.failures) fails: nothing is cached, and the
-rollouts that did finish are kept in the store (`cache/partial/<batch cache key>.parquet`), so a
-retry of the task, a rerun or the UI's Retry collects only the rest, and a run whose retries ran out
-still analyses them."""
+An open batch snapshots its finished rollouts to `cache/partial/<batch cache key>.parquet` every
+progress interval, and a batch with failed rollouts (see tasks.collection.failures) fails with them
+written there: nothing is cached, so a retry of the task, a rerun after a kill or the UI's Retry
+collects only the rest, and a run whose retries ran out still analyses them."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +20,7 @@ from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 from prefect.serializers import JSONSerializer
 
+from core.logs import get_logger
 from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
@@ -34,8 +37,9 @@ def write_batch(store: Store, url: str, records: list[dict[str, Any]]) -> None:
 
 
 def partial_url(store: Store, batch: Batch) -> str:
-    """Where a failed batch keeps its finished rollouts: keyed by content like the batch cache, never
-    read as a finished batch."""
+    """Where a batch keeps its finished rollouts while it is open (snapshots) and after it failed: keyed
+    by content like the batch cache, outside the run folder and the cache, so never read as a finished
+    batch; only the next attempt of the same batch reads it."""
     return store.path("cache", "partial", f"{batch.cache_key}.parquet")
 
 
@@ -50,16 +54,61 @@ def _kept(store: Store, url: str, batch: Batch) -> dict[tuple[str, int], dict[st
     return {(r["prompt_id"], r["repeat"]): r for r in rows if r.get("batch_key") == batch.key}
 
 
+@contextlib.asynccontextmanager
+async def _snapshots(
+    ctx: CollectContext, url: str, finished: dict[tuple[str, int], dict[str, Any]]
+) -> AsyncIterator[list[int]]:
+    """Every `ctx.progress_interval_s` while the batch is open, write its finished rollouts to `url` when
+    there are new ones, so a killed attempt (SIGKILL, a lost node) keeps them. Yields [rows written];
+    on exit the writer is stopped, never mid-write, so nothing writes `url` after the batch moved on."""
+    written = [len(finished)]  # what is there already came from the file
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ctx.progress_interval_s)
+            if stop.is_set() or len(finished) <= written[0]:
+                continue
+            rows = [dict(r) for r in finished.values()]  # copies: the thread stamps created_at on them
+            try:
+                await asyncio.to_thread(write_batch, ctx.store, url, rows)
+                written[0] = len(rows)
+            except Exception as exc:  # a snapshot is an insurance: the batch goes on without it
+                get_logger().warning("snapshot of %d finished rollouts to %s failed: %s", len(rows), url, exc)
+
+    writer = asyncio.create_task(loop())
+    try:
+        yield written
+    finally:
+        stop.set()
+        await writer
+
+
 async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
     started = time.perf_counter()
     partial = partial_url(ctx.store, batch)
     kept = _kept(ctx.store, partial, batch)
+    ctx.progress.add_kept(batch.key, len(kept))
+    finished = dict(kept)
 
     async def one(row: dict[str, Any], repeat: int) -> dict[str, Any]:
-        earlier = kept.get((env.prompt_id(row), repeat))
-        return earlier if earlier is not None else await rollout(ctx, env, batch, row, repeat)
+        key = (env.prompt_id(row), repeat)
+        if key in kept:
+            return kept[key]
+        try:
+            record = await rollout(ctx, env, batch, row, repeat)
+        except Exception:
+            ctx.progress.add_failure()
+            raise
+        finished[key] = record
+        ctx.progress.add_rollout(batch.key, record)
+        return record
 
-    outcomes = await asyncio.gather(*(one(row, r) for row in batch.rows for r in batch.repeats), return_exceptions=True)
+    async with _snapshots(ctx, partial, finished) as written:
+        outcomes = await asyncio.gather(
+            *(one(row, r) for row in batch.rows for r in batch.repeats), return_exceptions=True
+        )
     records = [o for o in outcomes if isinstance(o, dict)]
     failures = [_as_failure(o) for o in outcomes if not isinstance(o, dict)]
     records.sort(key=lambda rec: (rec["prompt_id"], rec["repeat"]))
@@ -70,7 +119,7 @@ async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> Bat
         raise BatchFailed(summary, partial if records else None)
     url = batch_url(ctx.run_dir, batch)
     write_batch(ctx.store, url, records)
-    if kept:
+    if written[0]:
         ctx.store.remove(partial)
     return BatchResult(
         url=url,

@@ -11,7 +11,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import openai
@@ -23,6 +23,7 @@ from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
 from tasks.collection.concurrency import Limiter, make_limiter, request_priority
 from tasks.collection.failures import RolloutFailed, classify, describe
 from tasks.collection.plan import Batch, rollout_seed
+from tasks.collection.progress import PROGRESS_INTERVAL_S, Progress
 from tasks.serving.server import Endpoint
 
 
@@ -44,6 +45,10 @@ class CollectContext:
     # set by the first configuration failure (wrong model name, key, option): every later request of
     # the run fails at once with it instead of asking the server the same wrong question again
     abort: RolloutFailed | None = None
+    # rollouts counted as they finish (collect_all reports it); every `progress_interval_s` seconds
+    # it is reported and each open batch snapshots its finished rollouts
+    progress: Progress = field(default_factory=lambda: Progress(0))
+    progress_interval_s: float = PROGRESS_INTERVAL_S
     _client: openai.AsyncOpenAI | None = None
 
     def client(self) -> openai.AsyncOpenAI:

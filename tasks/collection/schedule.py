@@ -1,5 +1,5 @@
 """Running a run's planned batches: cached ones reused, the others opened as the request limit
-allows, earliest first; progress reported as rollouts finish."""
+allows, earliest first; progress counted per rollout and reported every progress interval."""
 
 from __future__ import annotations
 
@@ -64,8 +64,7 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
     first, so batches overlap their tails and the oldest open one finishes first. As many batches are
     open as fill the (possibly growing) request limit, plus one. A failed batch does not stop the
     others: what finishes is kept, and failed batches are returned for the run to judge."""
-    progress = Progress(sum(p.batch.size for p in work))
-    await progress.start()
+    ctx.progress = progress = Progress(sum(p.batch.size for p in work), ctx.progress_interval_s)
     requests = ctx.requests()
     requests.expect(sum(p.batch.size for p in work if p.cached is None))
 
@@ -80,7 +79,7 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
         if item.cached is not None:
             if item.cached.url != target:  # every run folder holds all of its rollouts
                 ctx.store.copy(item.cached.url, target)
-            await progress.advance(item.cached.rollouts, generated=False)
+            progress.add_cached(item.cached.rollouts)
             return BatchResult(target, item.cached.rollouts, item.cached.errors, item.cached.completion_tokens, 0.0)
         async with window.slot(position):
             request_priority.set(position)  # this task's context: the batch's requests inherit it
@@ -91,10 +90,11 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
         if result.url != target:  # a concurrent run collected it first (we waited on its lock)
             ctx.store.copy(result.url, target)
             result = BatchResult(target, result.rollouts, result.errors, result.completion_tokens, result.seconds)
-        await progress.advance(result.rollouts, result.completion_tokens)
+        progress.batch_done(item.batch.key, result.rollouts)
         return result
 
-    outcomes = await asyncio.gather(*(one(i, item) for i, item in enumerate(work)), return_exceptions=True)
+    async with progress.reporting():  # every rollout counts as it finishes (collect_batch_impl)
+        outcomes = await asyncio.gather(*(one(i, item) for i, item in enumerate(work)), return_exceptions=True)
     errors = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, BatchFailed)]
     if errors:  # not a rollout failure (the server died and could not be restarted, a store error)
         done = sum(isinstance(o, BatchResult) for o in outcomes)

@@ -160,7 +160,7 @@ class VLLMServer:
         logger = get_logger()
         started = time.monotonic()
         deadline = started + timeout_s
-        next_note = started + 30
+        next_note = started + 10  # a note every 10 s: the user sees the start is alive, and what vLLM does
         with httpx.Client(timeout=5.0) as client:
             while True:
                 code = self.proc.poll() if self.proc else -1
@@ -185,8 +185,9 @@ class VLLMServer:
                         f"{self.log_path}:\n{log_tail(self.log_path)}"
                     )
                 if now > next_note:
-                    logger.info("waiting for vLLM to load the model (%.0f s so far)", now - started)
-                    next_note = now + 30
+                    last = log_tail(self.log_path, 1).strip()[:200]
+                    logger.info("waiting for vLLM to load the model (%.0f s so far): %s", now - started, last)
+                    next_note = now + 10
                 time.sleep(1.0)
 
     @property
