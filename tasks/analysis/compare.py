@@ -2,13 +2,22 @@
 
 Why these intervals (no resampling of either run is needed; both come from the metrics documents):
 
-- Rates (accuracy, pass@k, maj@k, the environments' headline rates) use Newcombe's hybrid score
+- Accuracy is clustered by prompt, like its headline CI (tasks/analysis/metrics.py): a prompt's repeats
+  share its difficulty, so 100 repeats of a prompt are not 100 independent samples. The runs are
+  independent, so d = p1 - p0 has ``d +/- 1.96 * sqrt(se1^2 + se0^2)`` from each run's cluster-robust SE
+  (``ci.accuracy.se``; n is prompts). A document without it (schema_version <= 3, whose ci.accuracy is a
+  Wilson interval) gets its SE recomputed from its ``per_prompt`` rows (n, successes) when they cover
+  all its rollouts; failing that, both sides fall back to Newcombe over rollouts (below) and the row's
+  ``method`` says so. Fewer than 2 prompts in either run: no interval (one prompt shows no spread).
+- The other rates (pass@k, maj@k, the environments' headline rates) use Newcombe's hybrid score
   interval for a difference of proportions: with Wilson intervals [l1, u1] around the current rate p1
   and [l0, u0] around the baseline rate p0, the delta d = p1 - p0 has
   ``[d - sqrt((p1 - l1)^2 + (u0 - p0)^2), d + sqrt((u1 - p1)^2 + (p0 - l0)^2)]``. It is the normal
   approximation of the difference, built from score intervals, so it stays sensible at 0% or 100%
-  where the plain Wald interval collapses to a point. n is the rate's own denominator (rollouts for
-  accuracy and the env rates, prompts for pass@k/maj@k: see tasks/analysis/metrics.py).
+  where the plain Wald interval collapses to a point. n is the rate's own denominator: prompts for
+  pass@k/maj@k (one value per prompt, prompts independent: valid), rollouts for the env rates. The env
+  rates are not clustered: the document holds only each one's rate and n, not its per-prompt counts,
+  so with many repeats their intervals are too narrow and a flag on them deserves a second look.
 - Mean reward combines the two runs' prompt-level bootstrap CIs the same way: each side's
   half-width (below and above its mean) is added in quadrature. Runs without a bootstrap CI
   (fewer than 2 prompts, or a schema-1 baseline) get no interval and are never flagged.
@@ -32,7 +41,7 @@ from typing import Any
 
 from core.schema import BenchmarkMetrics, RunMetrics
 from core.store import Store, StoreError
-from tasks.analysis.stats import CI_LEVEL, wilson_interval
+from tasks.analysis.stats import CI_LEVEL, Z_95, wilson_interval
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +57,34 @@ def rate_delta(p1: float, n1: int, p0: float, n0: int) -> tuple[float, float | N
     l1, u1 = wilson_interval(p1, n1)
     l0, u0 = wilson_interval(p0, n0)
     return _combine(p1, l1, u1, p0, l0, u0)
+
+
+def clustered_delta(
+    p1: float, se1: float | None, p0: float, se0: float | None
+) -> tuple[float, float | None, float | None]:
+    """(delta, low, high) of p1 - p0 for independent runs: delta +/- z * sqrt(se1^2 + se0^2)."""
+    delta = p1 - p0
+    if se1 is None or se0 is None:
+        return delta, None, None
+    half = Z_95 * math.hypot(se1, se0)
+    return delta, delta - half, delta + half
+
+
+def accuracy_se(bm: BenchmarkMetrics) -> tuple[float | None, int, str | None]:
+    """(clustered SE of the accuracy, prompts, source: "ci" or "per_prompt"); source None when the document
+    has neither ``ci.accuracy.se`` nor per-prompt rows covering its rollouts. SE None with fewer than 2
+    prompts (a single prompt's SE is 0, not "no uncertainty")."""
+    ci = bm.ci.accuracy
+    if ci.se is not None:
+        return (ci.se if ci.n >= 2 else None), ci.n, "ci"
+    rows = bm.per_prompt
+    total = sum(p.n for p in rows)
+    if total == 0 or total != bm.n_rollouts:
+        return None, len(rows), None
+    mean = sum(p.successes for p in rows) / total
+    # Same estimator as tasks/analysis/queries.py's accuracy_se: sqrt(sum_i (successes_i - n_i mean)^2) / N.
+    se = math.sqrt(math.fsum((p.successes - p.n * mean) ** 2 for p in rows)) / total
+    return (se if len(rows) >= 2 else None), len(rows), "per_prompt"
 
 
 def _combine(
@@ -76,8 +113,8 @@ def _k_rate(bm: BenchmarkMetrics, metric: str, k: str) -> tuple[float | None, in
 
 
 def _rates(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> list[tuple[str, str, tuple[Any, int], tuple[Any, int]]]:
-    """(row name, label, (current rate, n), (baseline rate, n)) of every rate both runs can compare."""
-    out = [("accuracy", "accuracy", (cur.accuracy, cur.n_rollouts), (base.accuracy, base.n_rollouts))]
+    """(row name, label, (current rate, n), (baseline rate, n)) of every rate but accuracy both runs can compare."""
+    out: list[tuple[str, str, tuple[Any, int], tuple[Any, int]]] = []
     if cur.pass_at_k.get("1") is not None and base.pass_at_k.get("1") is not None:
         out.append(("pass@1", "pass@1", _k_rate(cur, "pass_at_k", "1"), _k_rate(base, "pass_at_k", "1")))
     for name, metric in (("pass@n", "pass_at_k"), ("maj@n", "maj_at_k")):
@@ -91,11 +128,34 @@ def _rates(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> list[tuple[str, str
     return out
 
 
-def _row(label: str, kind: str, cur: float, base: float, delta_ci: tuple[float, Any, Any], ns: tuple[int, int]) -> dict:
+def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, Any] | None:
+    """The accuracy row, clustered by prompt where both documents allow it (see the module docstring)."""
+    p1, p0 = cur.accuracy, base.accuracy
+    if p1 is None or p0 is None:
+        return None
+    (se1, n1, src1), (se0, n0, src0) = accuracy_se(cur), accuracy_se(base)
+    if src1 is None or src0 is None:
+        which = "current run" if src1 is None else "baseline"
+        method = f"newcombe-rollouts (the {which} has neither a clustered SE nor per-prompt rows)"
+        delta_ci = rate_delta(p1, cur.n_rollouts, p0, base.n_rollouts)
+        return _row("accuracy", "rate", p1, p0, delta_ci, (cur.n_rollouts, base.n_rollouts), method)
+    method = "clustered-prompts"
+    redone = [name for name, src in (("current run", src1), ("baseline", src0)) if src == "per_prompt"]
+    if redone:
+        method += f" ({' and '.join(redone)}: SE recomputed from per_prompt, schema_version <= 3)"
+    if min(n1, n0) < 2:
+        method += " (fewer than 2 prompts: no interval)"
+    return _row("accuracy", "rate", p1, p0, clustered_delta(p1, se1, p0, se0), (n1, n0), method)
+
+
+def _row(
+    label: str, kind: str, cur: float, base: float, delta_ci: tuple[float, Any, Any], ns: tuple[int, int], method: str
+) -> dict[str, Any]:
     delta, low, high = delta_ci
     return {
         "label": label,
         "kind": kind,
+        "method": method,
         "current": cur,
         "baseline": base,
         "delta": delta,
@@ -111,14 +171,18 @@ def _row(label: str, kind: str, cur: float, base: float, delta_ci: tuple[float, 
 def compare_benchmark(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, dict[str, Any]]:
     """Every headline metric both runs have, keyed by metric name (accuracy, pass@1, pass@n, ...)."""
     out: dict[str, dict[str, Any]] = {}
+    accuracy = accuracy_row(cur, base)
+    if accuracy is not None:
+        out["accuracy"] = accuracy
     for name, label, (p1, n1), (p0, n0) in _rates(cur, base):
         if p1 is not None and p0 is not None:
-            out[name] = _row(label, "rate", p1, p0, rate_delta(p1, n1, p0, n0), (n1, n0))
+            out[name] = _row(label, "rate", p1, p0, rate_delta(p1, n1, p0, n0), (n1, n0), "newcombe")
     m1, m0 = cur.mean_reward, base.mean_reward
     if m1 is not None and m0 is not None:
         c1, c0 = cur.ci.mean_reward, base.ci.mean_reward
         delta_ci = _combine(m1, c1.low, c1.high, m0, c0.low, c0.high)
-        out["mean_reward"] = _row("mean reward", "mean", m1, m0, delta_ci, (cur.n_prompts, base.n_prompts))
+        ns = (cur.n_prompts, base.n_prompts)
+        out["mean_reward"] = _row("mean reward", "mean", m1, m0, delta_ci, ns, "bootstrap-prompts")
     return out
 
 
@@ -139,8 +203,9 @@ def compare(
 
     Returns ``{"level", "current", "baseline", "benchmarks": {name: {metric: row}}, "regressions",
     "improvements", "missing": {"current_only", "baseline_only"}}`` where each row holds label, kind
-    (rate|mean), current, baseline, delta, low, high (the delta's 95% CI), n_current, n_baseline,
-    regression and improvement.
+    (rate|mean), method (how the CI was made, see the module docstring), current, baseline, delta, low,
+    high (the delta's 95% CI), n_current, n_baseline (prompts for accuracy, pass@k, maj@k and mean reward;
+    rollouts for env rates and a Newcombe accuracy), regression and improvement.
     """
     cur_b, base_b = current.benchmarks, baseline.benchmarks
     benchmarks = {name: compare_benchmark(cur_b[name], base_b[name]) for name in cur_b if name in base_b}

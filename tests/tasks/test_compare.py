@@ -17,8 +17,10 @@ from tasks.analysis.stats import wilson, wilson_interval
 
 
 def bench(rate: float, n: int, **extra: Any) -> dict[str, Any]:
-    """A benchmark's metrics with just what compare() reads (n prompts x 1 repeat)."""
+    """A benchmark's metrics with just what compare() reads (n prompts x 1 repeat: the clustered SE of
+    the accuracy is then sqrt(p(1 - p) / n))."""
     low, high = wilson_interval(rate, n)
+    se = math.sqrt(rate * (1 - rate) / n)
     out = {
         "n_prompts": n,
         "n_rollouts": n,
@@ -29,7 +31,10 @@ def bench(rate: float, n: int, **extra: Any) -> dict[str, Any]:
         "pass_at_k": {"1": rate},
         "maj_at_k": {"1": rate},
         "env_metrics": [],
-        "ci": {"accuracy": {"low": low, "high": high, "n": n}, "mean_reward": {"low": low, "high": high, "n": n}},
+        "ci": {
+            "accuracy": {"low": low, "high": high, "n": n, "rollouts": n, "se": se},
+            "mean_reward": {"low": low, "high": high, "n": n},
+        },
     }
     out.update(extra)
     return out
@@ -145,7 +150,7 @@ def test_schema_1_baseline_without_intervals() -> None:
     del old["ci"]
     result = compare(metrics(gsm8k=bench(0.3, 200)), metrics(gsm8k=old))
     rows = result["benchmarks"]["gsm8k"]
-    assert rows["accuracy"]["regression"] is True
+    assert rows["accuracy"]["regression"] is True and rows["accuracy"]["method"].startswith("newcombe-rollouts")
     assert rows["mean_reward"]["low"] is None and rows["mean_reward"]["regression"] is False
 
 

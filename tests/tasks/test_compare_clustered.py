@@ -1,0 +1,121 @@
+"""compare(): the accuracy delta's CI is clustered by prompt, from each run's real metrics (compute_metrics)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from core.schema import RunMetrics
+from core.store import Store
+from tasks.analysis.compare import compare, rate_delta
+from tasks.analysis.metrics import compute_metrics
+from tasks.analysis.stats import Z_95
+
+# 10 prompts x 50 repeats. The baseline's successes per prompt (rates 0.06 ... 0.94, 250 of 500 = 50%).
+BASELINE = [3, 8, 12, 18, 22, 28, 32, 38, 42, 47]
+# Same model, prompts moved both ways (+6 +4 +3 +5 -8 -9 -10 -11 -12 -8) by prompt-level noise (e.g. a
+# numerics change): 210 of 500 = 42%. The shifts do not average out over repeats: a prompt's 50
+# repeats share its shift.
+NOISY = [9, 12, 15, 23, 14, 19, 22, 27, 30, 39]
+# A real regression: 45 of 500 = 9%, every prompt down.
+DROPPED = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+REPEATS = 50
+
+
+@pytest.fixture
+def run_metrics(
+    make_rollout: Callable[..., dict[str, Any]], write_batch: Callable[..., str], local_store: Store
+) -> Callable[[str, Sequence[int]], RunMetrics]:
+    """A run's real metrics from rollouts with the given successes per prompt (the first s repeats succeed)."""
+
+    def run(run_id: str, successes: Sequence[int]) -> RunMetrics:
+        rows = [
+            make_rollout(prompt_id=f"p{i}", repeat=r, success=r < s, reward=float(r < s), run_id=run_id)
+            for i, s in enumerate(successes)
+            for r in range(REPEATS)
+        ]
+        return compute_metrics([write_batch(rows, name=f"{run_id}.parquet")], local_store)
+
+    return run
+
+
+def hand_se(successes: Sequence[int]) -> float:
+    """Clustered SE by hand: sqrt(sum_i (s_i - n_i * mean)^2) / N."""
+    total = REPEATS * len(successes)
+    mean = sum(successes) / total
+    return math.sqrt(sum((s - REPEATS * mean) ** 2 for s in successes)) / total
+
+
+def test_prompt_level_noise_is_not_a_regression(run_metrics: Callable[..., RunMetrics]) -> None:
+    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    # Each run's SE comes from the real analysis and equals the hand computation:
+    # deviations from 25 are -22 -17 -13 -7 -3 3 7 13 17 22 (squares sum to 2000); from 21 they are
+    # -12 -9 -6 2 -7 -2 1 6 9 18 (760).
+    assert base.benchmarks["gsm8k"].ci.accuracy.se == pytest.approx(math.sqrt(2000) / 500) == hand_se(BASELINE)
+    assert cur.benchmarks["gsm8k"].ci.accuracy.se == pytest.approx(math.sqrt(760) / 500) == hand_se(NOISY)
+    # The old rule (Newcombe over 500 "independent" rollouts a side) calls the -8 points a regression:
+    delta, _, old_high = rate_delta(0.42, 500, 0.50, 500)
+    assert delta == pytest.approx(-0.08) and old_high == pytest.approx(-0.018, abs=5e-4) and old_high < 0
+    # Clustered: -0.08 +/- 1.96 * sqrt(0.08944^2 + 0.05514^2) = -0.08 +/- 0.2059.
+    result = compare(cur, base)
+    acc = result["benchmarks"]["gsm8k"]["accuracy"]
+    half = Z_95 * math.hypot(math.sqrt(760) / 500, math.sqrt(2000) / 500)
+    assert half == pytest.approx(0.2059, abs=1e-4)
+    assert acc["delta"] == pytest.approx(-0.08)
+    assert (acc["low"], acc["high"]) == pytest.approx((-0.08 - half, -0.08 + half))
+    assert acc["regression"] is False and acc["improvement"] is False and result["regressions"] == []
+    assert acc["method"] == "clustered-prompts" and acc["n_current"] == acc["n_baseline"] == 10
+
+
+def test_a_large_drop_is_still_a_regression(run_metrics: Callable[..., RunMetrics]) -> None:
+    base, cur = run_metrics("base", BASELINE), run_metrics("cur", DROPPED)
+    # SE of the dropped run: deviations from 4.5 are -4.5 ... 4.5 (squares sum to 82.5).
+    assert cur.benchmarks["gsm8k"].ci.accuracy.se == pytest.approx(math.sqrt(82.5) / 500)
+    acc = compare(cur, base)["benchmarks"]["gsm8k"]["accuracy"]
+    half = Z_95 * math.hypot(math.sqrt(82.5) / 500, math.sqrt(2000) / 500)
+    assert acc["delta"] == pytest.approx(-0.41)
+    assert acc["high"] == pytest.approx(-0.41 + half) == pytest.approx(-0.2311, abs=1e-4)
+    assert acc["regression"] is True
+    # Swapped, the same interval mirrored is an improvement.
+    assert compare(base, cur)["benchmarks"]["gsm8k"]["accuracy"]["improvement"] is True
+
+
+def as_schema_3(metrics: RunMetrics, keep_per_prompt: bool) -> RunMetrics:
+    """The document as schema_version 3 wrote it: ci.accuracy a Wilson interval over rollouts, no SE."""
+    doc: dict[str, Any] = metrics.model_dump(mode="json")
+    doc["schema_version"] = 3
+    for bm in doc["benchmarks"].values():
+        ci = bm["ci"]["accuracy"]
+        bm["ci"]["accuracy"] = {"low": ci["low"], "high": ci["high"], "n": bm["n_rollouts"], "method": "wilson"}
+        if not keep_per_prompt:
+            bm["per_prompt"] = []
+    return RunMetrics.model_validate(doc)
+
+
+def test_a_schema_3_baseline_gets_its_se_from_per_prompt(run_metrics: Callable[..., RunMetrics]) -> None:
+    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    acc = compare(cur, as_schema_3(base, keep_per_prompt=True))["benchmarks"]["gsm8k"]["accuracy"]
+    expected = compare(cur, base)["benchmarks"]["gsm8k"]["accuracy"]
+    assert (acc["low"], acc["high"]) == pytest.approx((expected["low"], expected["high"]))
+    assert acc["regression"] is False and acc["n_baseline"] == 10
+    assert acc["method"] == "clustered-prompts (baseline: SE recomputed from per_prompt, schema_version <= 3)"
+
+
+def test_a_baseline_without_se_or_per_prompt_falls_back_to_newcombe(run_metrics: Callable[..., RunMetrics]) -> None:
+    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    acc = compare(cur, as_schema_3(base, keep_per_prompt=False))["benchmarks"]["gsm8k"]["accuracy"]
+    assert (acc["delta"], acc["low"], acc["high"]) == pytest.approx(rate_delta(0.42, 500, 0.50, 500))
+    assert acc["regression"] is True and acc["n_current"] == acc["n_baseline"] == 500  # today's rule, said so:
+    assert acc["method"] == "newcombe-rollouts (the baseline has neither a clustered SE nor per-prompt rows)"
+
+
+def test_one_prompt_gives_no_interval(run_metrics: Callable[..., RunMetrics]) -> None:
+    """One prompt shows no spread between prompts (its SE is 0): no interval, never flagged, where
+    Newcombe over its 50 repeats would flag 10% against 90%."""
+    acc = compare(run_metrics("cur", [5]), run_metrics("base", [45]))["benchmarks"]["gsm8k"]["accuracy"]
+    assert acc["delta"] == pytest.approx(-0.8) and acc["low"] is None and acc["high"] is None
+    assert acc["regression"] is False and acc["method"] == "clustered-prompts (fewer than 2 prompts: no interval)"
+    assert rate_delta(0.1, 50, 0.9, 50)[2] < 0
