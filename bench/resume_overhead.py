@@ -3,10 +3,13 @@ rollouts), next to the first run that collected them, in one process against one
 
     uv run python -m bench.resume_overhead                  # starts its own vLLM server
     uv run python -m bench.resume_overhead --base-url URL --model NAME
+    uv run python -m bench.resume_overhead --config configs/demo.yaml [store.url=DIR]  # no server
 
-The first run uses short completions (--max-tokens) since only the rerun is measured. Prints the
-stage timings of both runs and the rerun's wall time; also times `python -m flows.eval` as a fresh
-process (which adds Prefect's start-up: an ephemeral API unless PREFECT_API_URL is set).
+The first run uses short completions (--max-tokens) since only the rerun is measured. With --config
+(a config whose store already holds every batch, e.g. after `make demo`) no server and no first run
+are needed. Prints the stage timings of the in-process runs, then the fully cached rerun as a fresh
+process (`evalflow run`, which adds imports and a temporary Prefect API unless PREFECT_API_URL is
+set): wall time of --repeats runs and their median.
 """
 
 from __future__ import annotations
@@ -14,17 +17,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from bench.common import add_server_args, server_from
 from core.config import EvalConfig
-from flows.eval import eval_flow
+from core.overrides import resolve_config
+from flows.eval import eval_flow, plan_run
+from ops.api import prefect_api
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,10 +42,54 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--config", help="a config whose batches are all cached: measure its reruns, no server")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides for --config, e.g. store.url=DIR")
+    parser.add_argument("--runs", type=int, default=5, help="fresh-process reruns to take the median of")
     args = parser.parse_args()
 
+    if args.config:
+        measure_cached(args.config, args.overrides, args.runs)
+        return
     with server_from(args) as (base_url, model):
         measure(args, base_url, model)
+
+
+def fresh_process(config: Path, overrides: list[str], runs: int) -> list[float]:
+    """Wall seconds of `evalflow run` as a new process, each run."""
+    walls = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(
+            [str(Path(sys.executable).with_name("evalflow")), "run", "--config", str(config), *overrides],
+            cwd=ROOT, check=True, capture_output=True,
+        )  # fmt: skip
+        walls.append(time.perf_counter() - started)
+    return walls
+
+
+def print_table(rows: list[tuple[str, float, dict[str, Any], dict[str, float]]], walls: list[float]) -> None:
+    print(f"{'run':<26} {'wall s':>7} {'batches cached':>15}  stages (s)")
+    for label, wall, batches, timings in rows:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
+        print(f"{label:<26} {wall:7.2f} {batches['cached']:>7}/{batches['total']:<7}  {stages}")
+    api = "PREFECT_API_URL" if os.environ.get("PREFECT_API_URL") else "temporary Prefect API"
+    runs = ", ".join(f"{w:.1f}" for w in walls)
+    print(f"{'cached rerun, new process':<26} {statistics.median(walls):7.2f}  median of {len(walls)} ({runs}); {api}")
+
+
+def measure_cached(config_path: str, overrides: list[str], runs: int) -> None:
+    config = resolve_config(config_path, overrides)
+    planned = plan_run(config)
+    if planned["rollouts"]["to_generate"]:
+        raise SystemExit(f"not fully cached: {planned['rollouts']} (run it once, or give a store that holds it)")
+    rows = []
+    with prefect_api():
+        for label in ("cached rerun, in process", "again, in process"):
+            started = time.perf_counter()
+            result = asyncio.run(eval_flow(config))
+            rows.append((label, time.perf_counter() - started, result["batches"], result["timings_s"]))
+    print(f"\n{planned['rollouts']['total']:,} rollouts, all cached ({config_path} {' '.join(overrides)})")
+    print_table(rows, fresh_process(Path(config_path), overrides, runs))
 
 
 def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
@@ -50,28 +101,16 @@ def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
         "store": {"url": tempfile.mkdtemp(prefix="bench-resume-")},
     }
     rows = []
-    for label in ("first run (collects)", "cached rerun", "cached rerun again"):
-        started = time.perf_counter()
-        result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
-        wall = time.perf_counter() - started
-        rows.append((label, wall, result["batches"], result["timings_s"]))
+    with prefect_api():
+        for label in ("first run (collects)", "cached rerun", "cached rerun again"):
+            started = time.perf_counter()
+            result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
+            rows.append((label, time.perf_counter() - started, result["batches"], result["timings_s"]))
     config = Path(tempfile.mkdtemp()) / "eval.yaml"
     config.write_text(yaml.safe_dump(data))
-    started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "flows.eval", "--config", str(config)],
-        cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    process_wall = time.perf_counter() - started
-
     rollouts = args.prompts * args.repeats
     print(f"\n{rollouts:,} rollouts ({args.prompts} prompts x {args.repeats} repeats)")
-    print(f"{'run':<22} {'wall s':>7} {'batches cached':>15}  stages (s)")
-    for label, wall, batches, timings in rows:
-        stages = ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
-        print(f"{label:<22} {wall:7.2f} {batches['cached']:>7}/{batches['total']:<7}  {stages}")
-    api = "PREFECT_API_URL" if os.environ.get("PREFECT_API_URL") else "ephemeral Prefect API"
-    print(f"{'cached rerun, process':<22} {process_wall:7.2f}  (python -m flows.eval, {api} start-up included)")
+    print_table(rows, fresh_process(config, [], args.runs))
     print(f"\nratio cached rerun / first run: {rows[1][1] / rows[0][1]:.3f}")
 
 

@@ -15,6 +15,10 @@ PREFECT_ENV = {
     "DO_NOT_TRACK": "1",
 }
 
+# The temporary API of a run without PREFECT_API_URL (ops/api.py) runs no automations: nobody can
+# define one on it, and its trigger services would only take CPU from the run.
+SERVER_ENV = {"PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false"}
+
 
 def apply() -> None:
     """Force the settings above (a user's environment cannot turn analytics back on for our runs)."""

@@ -71,6 +71,11 @@ def healthy(timeout: float = 2.0) -> bool:
         return False
 
 
+def server_pid() -> int | None:
+    """The pid of the Prefect server started here (`server()`), if it is running."""
+    return _pid_alive(HOME / "server.pid")
+
+
 def _pid_alive(pid_file: Path) -> int | None:
     try:
         pid = int(pid_file.read_text())
