@@ -1,9 +1,11 @@
-"""The rollout browser's data: the rollouts a report embeds, their table rows and transcript JSON.
+"""The rollout browser: a page of sampled rollouts (`rollouts.html` beside report.html) and the report's link to it.
 
-The browser holds at most `MAX_ROLLOUT_ROWS` rollouts per benchmark (the first by prompt id and
-repeat), each transcript clipped to `MAX_TRANSCRIPT_CHARS` and all of them to `MAX_BROWSER_BYTES` per
-benchmark; a note says when rows were left out (the parquet files hold every rollout). So a
-1,000,000-rollout run still gives a page of a few tens of MB at most.
+The page holds a stratified sample (tasks/reporting/browser_sample.py: up to `MAX_SAMPLE` rollouts per
+benchmark over all its prompts, errors and extreme rewards first) as JSON in a non-executed script tag;
+static/browser.js filters, sorts, searches and shows a transcript as a chat, all in the page. Texts are
+stored once however many rollouts share them (a system prompt, a question asked 100 times), each clipped
+to `MAX_TEXT_CHARS`, and each benchmark's rows stop at `MAX_BENCHMARK_BYTES`, so the page stays a few
+MB at most whatever the run's size (the parquet files hold every rollout in full).
 """
 
 from __future__ import annotations
@@ -14,15 +16,16 @@ from typing import Any
 
 import polars as pl
 
-from core.schema import BenchmarkMetrics
-from core.store import Store
-from tasks.analysis.frame import load_rollouts_frame
-from tasks.reporting.format import clip, fmt_num, slug
-from tasks.reporting.headline import uses_tools
+from core.schema import BenchmarkMetrics, RunMetrics
+from core.store import Store, join
+from tasks.reporting.browser_sample import sample_rollouts
+from tasks.reporting.format import slug
+from tasks.reporting.render import render_html
 
-MAX_ROLLOUT_ROWS = 2000  # rollouts per benchmark in the HTML browser (all are in the parquet files)
-MAX_TRANSCRIPT_CHARS = 20_000  # per rollout in the browser
-MAX_BROWSER_BYTES = 8_000_000  # transcript data per benchmark in the browser
+BROWSER_FILE = "rollouts.html"  # beside report.html, linked from it
+MAX_SAMPLE = 1500  # rollouts per benchmark on the page
+MAX_TEXT_CHARS = 4000  # per message text (and per info dump)
+MAX_BENCHMARK_BYTES = 3_000_000  # JSON of one benchmark's rows and new texts; later rows are left out
 
 COLUMNS = [
     "benchmark",
@@ -38,50 +41,96 @@ COLUMNS = [
     "messages",
     "transcript",
     "info",
-    "prompt_tokens",
     "completion_tokens",
+    "turns",
     "latency_s",
     "tool_calls",
 ]
 
 
-@dataclass(frozen=True)
-class BrowserRow:
-    index: int
-    prompt_id: str
-    repeat: int
-    result: str  # success | failure | error
-    reward: str  # exact value (repr), for the reward filters
-    reward_text: str
-    parsed_answer: str
-    reference: str
-    finish_reason: str
-    tool_calls: int
-    tokens: str
-    latency: str
+def load_rollouts(files: list[str], store: Store, dedupe: bool) -> pl.DataFrame:
+    """The browser's sample of a run's rollouts (see browser_sample), in priority order per benchmark."""
+    return sample_rollouts(files, store, COLUMNS, MAX_SAMPLE, dedupe=dedupe)
 
 
 @dataclass(frozen=True)
 class BrowserView:
-    key: str  # the benchmark's slug: element ids
-    tools: bool  # whether the tool-calls column is shown
-    rows: list[BrowserRow]
-    details: list[dict[str, Any]]  # the transcript panel's data, one per row
-    notes: list[str] = field(default_factory=list)
+    """The report's link to one benchmark's rollouts on the browser page."""
+
+    key: str
+    href: str  # relative to report.html
+    sampled: int
+    rollouts: int
+    prompts_sampled: int
+    prompts: int
 
 
-def load_rollouts(files: list[str], store: Store, dedupe: bool) -> pl.DataFrame:
-    """The rollouts every benchmark's browser shows (the first MAX_ROLLOUT_ROWS of each)."""
-    return load_rollouts_frame(files, store, COLUMNS, per_benchmark_limit=MAX_ROLLOUT_ROWS, dedupe=dedupe)
+def browser_view(name: str, bm: BenchmarkMetrics, frame: pl.DataFrame) -> BrowserView:
+    """The link card of benchmark `name` in the report, from the sample (`load_rollouts`)."""
+    rows = frame.filter(pl.col("benchmark") == name)
+    return BrowserView(
+        key=slug(name),
+        href=f"{BROWSER_FILE}#b={slug(name)}",
+        sampled=rows.height,
+        rollouts=bm.n_rollouts,
+        prompts_sampled=rows["prompt_id"].n_unique(),
+        prompts=bm.n_prompts,
+    )
 
 
-def _result(row: dict[str, Any]) -> str:
-    if row["error"] is not None:
-        return "error"
-    return "success" if row["success"] else "failure"
+class _Texts:
+    """Every distinct text of the page once; rows refer to texts by index."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def add(self, text: str | None) -> int | None:
+        if text is None:
+            return None
+        if len(text) > MAX_TEXT_CHARS:
+            text = text[:MAX_TEXT_CHARS] + f"\n… clipped ({len(text):,} characters; the parquet files hold all)"
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.items)
+            self.items.append(text)
+        return found
 
 
-def _parse_json(text: str | None) -> Any:
+def _text(content: Any) -> str | None:
+    """A message's content as text: strings as they are, OpenAI content parts joined, anything else as JSON."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "\n".join(str(p.get("text", json.dumps(p, ensure_ascii=False))) for p in content)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _call(call: Any) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    fn = fn if isinstance(fn, dict) else {}
+    args = fn.get("arguments")
+    return {
+        "id": call.get("id") if isinstance(call, dict) else None,
+        "name": str(fn.get("name") or "?"),
+        "args": args if isinstance(args, str) or args is None else json.dumps(args, ensure_ascii=False),
+    }
+
+
+def _turn(message: Any, texts: _Texts) -> dict[str, Any]:
+    if not isinstance(message, dict):
+        return {"role": "?", "x": texts.add(_text(message))}
+    turn: dict[str, Any] = {"role": str(message.get("role") or "?"), "x": texts.add(_text(message.get("content")))}
+    if message.get("tool_calls"):
+        turn["calls"] = [_call(c) for c in message["tool_calls"]]
+        for call in turn["calls"]:
+            call["args"] = texts.add(call["args"])
+    if message.get("tool_call_id"):
+        turn["id"] = str(message["tool_call_id"])
+    return turn
+
+
+def _loads(text: str | None) -> Any:
     if text is None:
         return None
     try:
@@ -90,72 +139,101 @@ def _parse_json(text: str | None) -> Any:
         return text
 
 
-def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, default=str))
+def _turns(row: dict[str, Any], texts: _Texts) -> list[dict[str, Any]]:
+    """The conversation as turns: the whole transcript when there is one, else the messages sent plus the
+    completion; a plain-completion prompt (a JSON string) is one `prompt` turn and the completion a
+    `completion` turn."""
+    transcript, messages = _loads(row["transcript"]), _loads(row["messages"])
+    if isinstance(transcript, list):
+        return [_turn(m, texts) for m in transcript]
+    if isinstance(messages, list):
+        turns = [_turn(m, texts) for m in messages]
+        role = "assistant"
+    else:
+        turns = [] if messages is None else [{"role": "prompt", "x": texts.add(_text(messages))}]
+        role = "completion"
+    if row["completion"] is not None:
+        turns.append({"role": role, "x": texts.add(row["completion"])})
+    return turns
 
 
-def _detail(row: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """What the transcript panel shows for one rollout, and its JSON size: the conversation (the whole
-    transcript when the env recorded one, else the messages sent), the completion, error and env
-    info; long texts are clipped to MAX_TRANSCRIPT_CHARS in all."""
-    detail: dict[str, Any] = {
-        "completion": row["completion"],
-        "error": row["error"],
-        "parsed_answer": row["parsed_answer"],
-        "reference": row["reference"],
-        "finish_reason": row["finish_reason"],
+def _outcome(row: dict[str, Any]) -> str:
+    if row["error"] is not None:
+        return "error"
+    return "correct" if row["success"] else "wrong"
+
+
+def _row(row: dict[str, Any], bench: int, texts: _Texts) -> dict[str, Any]:
+    outcome = _outcome(row)
+    info = _loads(row["info"])
+    out = {
+        "b": bench,
+        "p": str(row["prompt_id"]),
+        "r": row["repeat"],
+        "o": outcome,
+        "w": 0.0 if outcome == "error" else row["reward"],  # as the analysis counts it
+        "t": row["completion_tokens"],
+        "n": row["turns"],
+        "c": row["tool_calls"],
+        "a": row["parsed_answer"],
+        "ref": row["reference"],
+        "f": row["finish_reason"],
+        "l": None if row["latency_s"] is None else round(row["latency_s"], 3),
+        "e": texts.add(row["error"]),
+        "m": _turns(row, texts),
+        "i": texts.add(json.dumps(info, ensure_ascii=False, indent=1) if info else None),
     }
-    key = "transcript" if row["transcript"] is not None else "messages"
-    detail[key] = _parse_json(row[key])
-    detail["info"] = _parse_json(row["info"])
-    size = _size(detail)
-    if size <= MAX_TRANSCRIPT_CHARS:
-        return detail, size
-    share = MAX_TRANSCRIPT_CHARS // 3
-    for name in (key, "info"):
-        text = detail[name] if isinstance(detail[name], str) else json.dumps(detail[name], ensure_ascii=False, indent=1)
-        if len(text) > share:
-            detail[name] = text[:share] + f"\n… clipped ({len(text):,} characters in the parquet file)"
-    for name in ("completion", "error"):
-        if detail[name] and len(detail[name]) > share:
-            detail[name] = detail[name][:share] + f"\n… clipped ({len(detail[name]):,} characters)"
-    return detail, _size(detail)
+    if isinstance(info, dict) and isinstance(info.get("final_board"), str):
+        out["fb"] = texts.add(info["final_board"])
+    return out
 
 
-def browser_view(name: str, bm: BenchmarkMetrics, frame: pl.DataFrame) -> BrowserView:
-    """The browser of one benchmark from its rows of `frame` (already capped and ordered)."""
-    rows, details, budget, omitted = [], [], MAX_BROWSER_BYTES, 0
-    for i, r in enumerate(frame.filter(pl.col("benchmark") == name).iter_rows(named=True)):
-        result = _result(r)
-        reward = 0.0 if result == "error" else float(r["reward"])
-        rows.append(
-            BrowserRow(
-                index=i,
-                prompt_id=str(r["prompt_id"]),
-                repeat=r["repeat"],
-                result=result,
-                reward=repr(reward),
-                reward_text=fmt_num(reward),
-                parsed_answer=clip(r["parsed_answer"], 60),
-                reference=clip(r["reference"], 60),
-                finish_reason=r["finish_reason"] or "–",
-                tool_calls=r["tool_calls"],
-                tokens=fmt_num(r["completion_tokens"]),
-                latency=fmt_num(r["latency_s"], 2),
-            )
-        )
-        detail, size = _detail(r)
-        if size > budget:
-            detail, omitted = {"omitted": "the page's transcript budget is spent; see the parquet files"}, omitted + 1
-        else:
-            budget -= size
-        details.append(detail)
-    notes = []
-    if bm.n_rollouts > len(rows):
-        notes.append(
-            f"First {len(rows):,} of {bm.n_rollouts:,} rollouts (by prompt id and repeat); "
-            "all are in the run's parquet files."
-        )
-    if omitted:
-        notes.append(f"{omitted:,} transcripts are not embedded (page size budget).")
-    return BrowserView(key=slug(name), tools=uses_tools(bm), rows=rows, details=details, notes=notes)
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))
+
+
+@dataclass(frozen=True)
+class BrowserPage:
+    title: str
+    report_href: str
+    benchmarks: list[dict[str, Any]]  # name, key, counts and notes, in the report's order
+    data: dict[str, Any] = field(repr=False)  # benchmarks, rows and texts for static/browser.js
+
+
+def browser_page(title: str, run: RunMetrics, frame: pl.DataFrame) -> BrowserPage:
+    """The page's view: every benchmark's sampled rows, in priority order until its byte budget is spent."""
+    texts, rows, benchmarks = _Texts(), [], []
+    for b, (name, bm) in enumerate(run.benchmarks.items()):
+        budget, kept, left_out, prompts = MAX_BENCHMARK_BYTES, 0, 0, set()
+        for r in frame.filter(pl.col("benchmark") == name).iter_rows(named=True):
+            if budget <= 0:
+                left_out += 1
+                continue
+            before = len(texts.items)
+            row = _row(r, b, texts)
+            budget -= _size(row) + sum(len(t) + 3 for t in texts.items[before:])
+            rows.append(row)
+            kept += 1
+            prompts.add(row["p"])
+        notes = [
+            f"{kept:,} of {bm.n_rollouts:,} rollouts, {len(prompts):,} of {bm.n_prompts:,} prompts "
+            "(a deterministic sample: errors and the highest and lowest rewards first, then rounds over all "
+            "prompts); every rollout is in the run's parquet files."
+        ]
+        if left_out:
+            notes.append(f"{left_out:,} more sampled rollouts left out: the page's size budget is spent.")
+        benchmarks.append({"name": name, "key": slug(name), "rollouts": kept, "notes": notes})
+    data = {"benchmarks": [b["key"] for b in benchmarks], "rows": rows, "texts": texts.items}
+    return BrowserPage(title=f"Rollouts: {title}", report_href="report.html", benchmarks=benchmarks, data=data)
+
+
+def render_browser(title: str, run: RunMetrics, frame: pl.DataFrame) -> str:
+    """The browser page's HTML (self-contained: data, CSS and JS inline; no plotly, no network)."""
+    return render_html("browser_page.html.j2", view=browser_page(title, run, frame))
+
+
+def write_browser(run_dir: str, title: str, run: RunMetrics, frame: pl.DataFrame, store: Store) -> str:
+    """Write `rollouts.html` into run_dir (atomically, through the store) and return its URL."""
+    url = join(run_dir, BROWSER_FILE)
+    store.write_text(url, render_browser(title, run, frame))
+    return url

@@ -41,16 +41,23 @@ def plotly_template() -> go.layout.Template:
     )
 
 
+# The mode bar shows on hover only, and the title sits below its strip, left-aligned: it never covers a title.
+CHART_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": "hover"}
+TITLE_TOP_PX = 30  # the mode bar's strip at the top of the chart
+MARGIN = {"l": 55, "r": 20, "t": 75, "b": 50}
+
+
 def chart(fig: go.Figure, div_id: str, title: str, height: int = 360) -> Chart:
-    """A figure as plotly's div + script, without plotly.js (the page template inlines it once)."""
-    margin = {"l": 55, "r": 20, "t": 50, "b": 50}
-    fig.update_layout(title=title, height=height, margin=margin, template=plotly_template())
+    """A figure as plotly's div + script, without plotly.js (the page links or inlines it once)."""
+    fig.update_layout(
+        title={"text": title, "x": 0, "xref": "paper", "xanchor": "left",
+               "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": TITLE_TOP_PX}},
+        height=height,
+        margin=MARGIN,
+        template=plotly_template(),
+    )  # fmt: skip
     div = fig.to_html(
-        full_html=False,
-        include_plotlyjs=False,
-        div_id=div_id,
-        default_height=f"{height}px",
-        config={"displaylogo": False, "responsive": True},
+        full_html=False, include_plotlyjs=False, div_id=div_id, default_height=f"{height}px", config=CHART_CONFIG
     )
     return Chart(div_id, title, Markup(div))  # plotly's own markup: no model text enters a figure's HTML
 
@@ -78,7 +85,9 @@ def headline_charts(metrics: RunMetrics) -> list[Chart]:
 
     rates = go.Figure()
     for key in ("accuracy", "pass@1", "pass@n", "maj@n"):
-        values = [r[key] for r in rows]
+        values = [r.get(key) for r in rows]
+        if all(v is None for v in values):  # maj@n where no environment declares it: no empty series
+            continue
         cis = [bounds(interval(benches[r["benchmark"]], key, str(r["n"]))) for r in rows]
         rates.add_trace(go.Bar(x=names, y=values, name=key, error_y=error_bars(values, cis)))
     rates.update_layout(barmode="group", yaxis={"title": "rate", "range": [0, 1.05], "tickformat": ".0%"})
@@ -103,19 +112,27 @@ def _histogram(dist: Distribution | None, name: str, opacity: float = 1.0) -> go
     return go.Bar(x=centers, y=counts, width=widths, name=name, opacity=opacity)
 
 
-def _pass_maj_curve(bm: BenchmarkMetrics) -> go.Figure:
+def pass_maj_curve(bm: BenchmarkMetrics) -> go.Figure:
+    """pass@k, and maj@k where the environment declares it (no maj@k series, nor its legend entry, otherwise)."""
     ks = sorted(bm.pass_at_k, key=int)
     curve = go.Figure()
-    for values_by_k, cis_by_k, label in ((bm.pass_at_k, bm.ci.pass_at_k, "pass@k"),
-                                         (bm.maj_at_k, bm.ci.maj_at_k, "maj@k")):  # fmt: skip
+    series = [(bm.pass_at_k, bm.ci.pass_at_k, "pass@k")]
+    if any(v is not None for v in bm.maj_at_k.values()):
+        series.append((bm.maj_at_k, bm.ci.maj_at_k, "maj@k"))
+    for values_by_k, cis_by_k, label in series:
         values = [values_by_k.get(k) for k in ks]
         error_y = error_bars(values, [bounds(cis_by_k.get(k)) for k in ks])
         curve.add_trace(go.Scatter(x=[int(k) for k in ks], y=values, mode="lines+markers", name=label, error_y=error_y))
     curve.update_layout(
+        showlegend=len(series) > 1,
         xaxis={"title": "k", "type": "log", "tickvals": [int(k) for k in ks]},
         yaxis={"range": [0, 1.05], "tickformat": ".0%"},
     )
     return curve
+
+
+def pass_maj_title(bm: BenchmarkMetrics) -> str:
+    return "pass@k and maj@k (95% CI)" if any(v is not None for v in bm.maj_at_k.values()) else "pass@k (95% CI)"
 
 
 def _reward_figure(bm: BenchmarkMetrics) -> go.Figure:
@@ -128,26 +145,52 @@ def _reward_figure(bm: BenchmarkMetrics) -> go.Figure:
     return reward
 
 
-def _prompt_figure(bm: BenchmarkMetrics) -> tuple[go.Figure, str]:
+def success_counts(bm: BenchmarkMetrics) -> tuple[int, list[int]]:
+    """(n, prompts per k): how many prompts succeeded k of n times, k = 0..n (n = the most repeats any
+    prompt has; a prompt with fewer counts at its rate's nearest k/n)."""
+    n = max([p.n for p in bm.per_prompt], default=1) or 1
+    counts = [0] * (n + 1)
+    for p in bm.per_prompt:
+        if p.success_rate is not None:
+            counts[round(p.success_rate * n)] += 1
+    return n, counts
+
+
+def prompt_figure(bm: BenchmarkMetrics) -> tuple[go.Figure, str]:
     prompts = sorted(bm.per_prompt, key=lambda p: (-(p.success_rate or 0.0), p.prompt_id))
     if len(prompts) <= MAX_PROMPT_BARS:
         per_prompt = go.Figure(go.Bar(x=[p.prompt_id for p in prompts], y=[p.success_rate for p in prompts]))
         per_prompt.update_layout(
-            xaxis={"title": "prompt", "type": "category"}, yaxis={"title": "success rate", "range": [0, 1.05]}
+            xaxis={"title": "prompt", "type": "category"},
+            yaxis={"title": "success rate", "range": [0, 1.05], "tickformat": ".0%"},
         )
         return per_prompt, "Success rate per prompt"
+    # one bar per k of n, centred on k/n: a histogram's bins would straddle the possible rates
+    n, counts = success_counts(bm)
+    ks = list(range(n + 1))
     per_prompt = go.Figure(
-        go.Histogram(x=[p.success_rate for p in prompts], xbins={"start": 0, "end": 1.0001, "size": 0.05})
+        go.Bar(
+            x=[k / n for k in ks],
+            y=counts,
+            width=0.9 / n,
+            customdata=[f"{k}/{n}" for k in ks],
+            hovertemplate="%{customdata} successes: %{y:,} prompts<extra></extra>",
+        )
     )
-    per_prompt.update_layout(xaxis={"title": "success rate", "range": [0, 1.0001]}, yaxis_title="prompts")
+    tick = max(1, n // 10)  # at most ~11 labelled k/n
+    per_prompt.update_layout(
+        xaxis={"title": f"success rate (successes of {n})", "range": [-0.5 / n, 1 + 0.5 / n], "tickformat": ".0%",
+               "tickvals": [k / n for k in ks[::tick]]},
+        yaxis_title="prompts",
+    )  # fmt: skip
     return per_prompt, f"Per-prompt success rates ({len(prompts):,} prompts)"
 
 
 def benchmark_charts(name: str, bm: BenchmarkMetrics) -> list[Chart]:
     """The benchmark's charts, all drawn from its metrics."""
-    per_prompt, per_prompt_title = _prompt_figure(bm)
+    per_prompt, per_prompt_title = prompt_figure(bm)
     figures: list[tuple[go.Figure, str, str]] = [
-        (_pass_maj_curve(bm), "pass-maj-at-k", "pass@k and maj@k (95% CI)"),
+        (pass_maj_curve(bm), "pass-maj-at-k", pass_maj_title(bm)),
         (_reward_figure(bm), "reward", "Reward distribution"),
         (per_prompt, "prompt-success", per_prompt_title),
     ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import os
+import posixpath
 import re
 from pathlib import Path
 
@@ -72,3 +74,21 @@ def browser_url(url: str) -> str:
     if "://" in url:
         return url
     return Path(url).resolve().as_uri()
+
+
+def relative_to_store(url: str, store_url: str) -> str:
+    """`url` relative to the store root ('runs/<id>/report.html'), or unchanged if outside it."""
+
+    def norm(u: str) -> str:
+        u = u[len("file://") :] if u.startswith("file://") else u
+        return (u if "://" in u else os.path.abspath(u)).rstrip("/")
+
+    root, target = norm(store_url), norm(url)
+    if target.startswith(root + "/"):
+        return target[len(root) + 1 :].replace(os.sep, "/")
+    return url
+
+
+def relative_link(page: str, target: str) -> str:
+    """A link from the page at store path `page` to the store path `target` ('../../static/x.js')."""
+    return posixpath.relpath(target, posixpath.dirname(page) or ".")

@@ -32,14 +32,14 @@ from typing import Any
 from filelock import FileLock
 
 from core.store import Store, StoreError, join
+from tasks.reporting.format import relative_to_store
 from tasks.reporting.headline import Metrics, as_run_metrics, headline_rows
-from tasks.reporting.index_page import render_index_html
+from tasks.reporting.index_page import INDEX_HTML, render_index_html
 
 logger = logging.getLogger(__name__)
 
 ENTRIES_DIR = ("index", "entries")
 INDEX_JSON = "index.json"
-INDEX_HTML = "index.html"
 MAX_REBUILDS = 5
 LOCK_TIMEOUT_S = 120.0
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -47,19 +47,6 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 # ---------------------------------------------------------------------------------------------
 # Entries
-
-
-def relative_to_store(url: str, store_url: str) -> str:
-    """`url` relative to the store root ('runs/<id>/report.html'), or unchanged if outside it."""
-
-    def norm(u: str) -> str:
-        u = u[len("file://") :] if u.startswith("file://") else u
-        return (u if "://" in u else os.path.abspath(u)).rstrip("/")
-
-    root, target = norm(store_url), norm(url)
-    if target.startswith(root + "/"):
-        return target[len(root) + 1 :].replace(os.sep, "/")
-    return url
 
 
 def index_entry(
@@ -168,7 +155,7 @@ def _index_lock(store: Store) -> Iterator[None]:
 def _write_index(store: Store, entries: list[dict[str, Any]]) -> None:
     """index.json (a plain list of entries, newest first), then index.html; both are rendered before
     either is written, so a rendering failure leaves the previous index whole."""
-    page = render_index_html(entries)
+    page = render_index_html(entries, store)
     text = json.dumps(entries, indent=2, default=str) + "\n"
     store.write_text(store.path(INDEX_JSON), text)
     store.write_text(store.path(INDEX_HTML), page)

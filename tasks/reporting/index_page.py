@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.store import Store
+from tasks.reporting.assets import plotly_script
 from tasks.reporting.charts import chart, error_bars
 from tasks.reporting.format import NONE, fmt_ci, fmt_num, fmt_rate, slug
 from tasks.reporting.headline import StoredHeadline
@@ -21,6 +24,7 @@ from tasks.reporting.parts import Chart
 from tasks.reporting.render import render_html
 
 MAX_TREND_CHARTS = 40
+INDEX_HTML = "index.html"
 
 
 class StoredEntry(BaseModel):
@@ -118,54 +122,71 @@ def _cells(h: StoredHeadline) -> dict[str, str]:
     }
 
 
+def _time_range(when: list[str]) -> dict[str, Any]:
+    """A day either side when every point has one timestamp (plotly would zoom to milliseconds)."""
+    try:
+        times = {datetime.fromisoformat(w.replace("Z", "+00:00")) for w in when}
+    except ValueError:
+        return {}
+    if len(times) != 1:
+        return {}
+    (t,) = times
+    return {"range": [(t - timedelta(days=1)).isoformat(), (t + timedelta(days=1)).isoformat()]}
+
+
+def trend_figure(points: list[tuple[StoredEntry, StoredHeadline]]) -> go.Figure:
+    """Accuracy (with its CI, a percent axis from 0) and mean reward (its own axis) of runs over time."""
+    when = [str(e.finished_at or e.started_at) for e, _ in points]
+    labels = [f"{e.run_id} · {e.model}" for e, _ in points]
+    acc = [h.accuracy for _, h in points]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=when,
+            y=acc,
+            text=labels,
+            mode="lines+markers",
+            name="accuracy",
+            error_y=error_bars(acc, [h.accuracy_ci for _, h in points]),
+            hovertemplate="%{text}<br>accuracy %{y:.2%}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=when,
+            y=[h.mean_reward for _, h in points],
+            text=labels,
+            mode="lines+markers",
+            name="mean reward",
+            yaxis="y2",
+            line={"dash": "dot"},
+            hovertemplate="%{text}<br>mean reward %{y:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis={"title": "finished", "type": "date", **_time_range(when)},
+        # whole percents from 0; the reward axis has its own ticks (not synced to the accuracy grid)
+        yaxis={"title": "accuracy", "tickformat": ".0%", "rangemode": "tozero", "nticks": 8},
+        yaxis2={"title": "mean reward", "overlaying": "y", "side": "right", "rangemode": "tozero",
+                "tickmode": "auto", "nticks": 8, "tickformat": ".3~g", "showgrid": False},
+        legend={"orientation": "h", "y": -0.25},
+    )  # fmt: skip
+    return fig
+
+
 def trend_charts(entries: list[StoredEntry], limit: int = MAX_TREND_CHARTS) -> list[Chart]:
-    """Accuracy (with its CI) and mean reward over time, one chart per (group, benchmark), the most
-    recently updated first; `entries` are newest first, as the index keeps them."""
+    """Accuracy and mean reward over time, one chart per (group, benchmark), the most recently updated
+    first; `entries` are newest first, as the index keeps them."""
     series: dict[tuple[str, str], list[tuple[StoredEntry, StoredHeadline]]] = {}
     for entry in reversed(entries):
         for name, h in entry.headline.items():
             series.setdefault((entry.group, name), []).append((entry, h))
     position = {id(entry): i for i, entry in enumerate(entries)}
     latest = sorted(series, key=lambda key: position[id(series[key][-1][0])])[:limit]
-    charts = []
-    for group, bench in latest:
-        points = series[(group, bench)]
-        when = [str(e.finished_at or e.started_at) for e, _ in points]
-        labels = [f"{e.run_id} · {e.model}" for e, _ in points]
-        acc = [h.accuracy for _, h in points]
-        rewards = [h.mean_reward for _, h in points]
-        fig = go.Figure()
-        fig.add_trace(
-            go.Scatter(
-                x=when,
-                y=acc,
-                text=labels,
-                mode="lines+markers",
-                name="accuracy",
-                error_y=error_bars(acc, [h.accuracy_ci for _, h in points]),
-                hovertemplate="%{text}<br>accuracy %{y:.2%}<extra></extra>",
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=when,
-                y=rewards,
-                text=labels,
-                mode="lines+markers",
-                name="mean reward",
-                yaxis="y2",
-                line={"dash": "dot"},
-                hovertemplate="%{text}<br>mean reward %{y:.3f}<extra></extra>",
-            )
-        )
-        fig.update_layout(
-            xaxis={"title": "finished", "type": "date"},
-            yaxis={"title": "accuracy", "tickformat": ".0%", "rangemode": "tozero"},
-            yaxis2={"title": "mean reward", "overlaying": "y", "side": "right"},
-            legend={"orientation": "h", "y": -0.25},
-        )
-        charts.append(chart(fig, f"trend-{slug(group)}-{slug(bench)}", f"{bench} — {group}"))
-    return charts
+    return [
+        chart(trend_figure(series[key]), f"trend-{slug(key[0])}-{slug(key[1])}", f"{key[1]} — {key[0]}")
+        for key in latest
+    ]
 
 
 def index_view(entries: list[dict[str, Any]]) -> IndexView:
@@ -179,5 +200,8 @@ def index_view(entries: list[dict[str, Any]]) -> IndexView:
     )
 
 
-def render_index_html(entries: list[dict[str, Any]]) -> str:
-    return render_html("index.html.j2", view=index_view(entries))
+def render_index_html(entries: list[dict[str, Any]], store: Store) -> str:
+    """index.html of `store` (at its root), linking the store's plotly.js when there are trend charts."""
+    view = index_view(entries)
+    plotly = plotly_script(store, store.path(INDEX_HTML)) if view.trends else None
+    return render_html("index.html.j2", view=view, plotly=plotly)

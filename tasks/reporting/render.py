@@ -1,10 +1,11 @@
-"""Rendering: the jinja2 environments that turn a page's view model into markdown or self-contained HTML.
+"""Rendering: the jinja2 environments that turn a page's view model into markdown or HTML.
 
 HTML templates (`*.html.j2`) are autoescaped, so model text (completions can contain anything) is
 always escaped; the only markup passed through is plotly's own chart divs. Markdown templates
 (`*.md.j2`) escape every interpolated value with the `md` filter (pipes, newlines and HTML, since
-Prefect renders HTML inside markdown). CSS and JS live in `templates/static/` and are inlined, and
-plotly.js is inlined once per page, so a page opens from a file with no network.
+Prefect renders HTML inside markdown). CSS and JS live in `templates/static/` and are inlined; a page
+with charts gets plotly.js as the `plotly` script element (assets.plotly_script: a relative link to the
+store's copy, or inline), so a page opens from a file with no network.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 import jinja2
 from markupsafe import Markup
-from plotly.offline import get_plotlyjs
 
 from tasks.reporting.format import md_cell
 
@@ -29,11 +29,6 @@ def script_json(data: Any) -> Markup:
 
 
 @functools.cache
-def _plotly_js() -> Markup:
-    return Markup(get_plotlyjs())
-
-
-@functools.cache
 def html_env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=_LOADER,
@@ -44,7 +39,6 @@ def html_env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["script_json"] = script_json
-    env.globals["plotly_js"] = _plotly_js
     return env
 
 

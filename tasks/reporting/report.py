@@ -1,6 +1,8 @@
 """Run reports: the run's report files, the Prefect artifacts pointing at them, and the terminal summary.
 
-The files are metrics.json, report.md and a self-contained report.html in the run's folder.
+The files are metrics.json, report.md, report.html and the rollout browser rollouts.html (browser.py) in
+the run's folder; report.html links the store's plotly.js (assets.py), or holds it when the run's config
+asks for single-file reports.
 Everything shown comes from the metrics (`core.schema.RunMetrics`), an optional baseline comparison
 (tasks/analysis/compare.py) and the rollout files, so a report can be rebuilt from a run's store at
 any time. metrics.json holds the metrics plus ``run_info`` (config redacted) and, when there was a
@@ -22,7 +24,8 @@ from prefect.cache_policies import NO_CACHE
 
 from core import secrets
 from core.store import Store, join
-from tasks.reporting.browser import load_rollouts
+from tasks.reporting.assets import plotly_script, self_contained_by_config
+from tasks.reporting.browser import load_rollouts, write_browser
 from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import browser_url, slug
 from tasks.reporting.headline import Metrics, as_run_metrics, headline_records, headline_table
@@ -45,8 +48,13 @@ def write_report(
     files: list[str],
     store: Store,
     comparison: Mapping[str, Any] | None = None,
+    self_contained: bool | None = None,
 ) -> dict[str, str]:
-    """Write metrics.json, report.md and report.html into run_dir (atomically) and return their URLs."""
+    """Write metrics.json, report.md, report.html and the rollout browser (rollouts.html) into run_dir
+    (atomically) and return their URLs.
+
+    report.html inlines plotly.js when `self_contained` (None: as the run's config says,
+    `store.self_contained_reports`); otherwise it links the store's copy."""
     run = as_run_metrics(metrics)
     run_info = {**run_info, "config": secrets.redact(run_info.get("config") or {})}
     # computed from the same files as the metrics: no duplicates there means no dedupe window here
@@ -58,7 +66,11 @@ def write_report(
         payload["comparison"] = comparison
     store.write_text(urls["metrics"], json.dumps(payload, indent=2, default=str) + "\n")
     store.write_text(urls["markdown"], render_markdown("report.md.j2", view=view))
-    store.write_text(urls["html"], render_html("report.html.j2", view=view))
+    urls["browser"] = write_browser(run_dir, view.title, run, rollouts, store)  # before the report that links it
+    if self_contained is None:
+        self_contained = self_contained_by_config(run_info)
+    plotly = plotly_script(store, urls["html"], self_contained) if view.has_charts else None
+    store.write_text(urls["html"], render_html("report.html.j2", view=view, plotly=plotly))
     return urls
 
 

@@ -1,58 +1,89 @@
-"""Serve a run store over HTTP for browsing: `evalflow reports serve --store URL [--port 8000]`.
+"""Serve a run store's reports over HTTP for browsing: `evalflow reports serve --store URL [--port 8000]`.
 
-A local store is served as a folder (http.server, bound to 127.0.0.1 by default); an object store
-(s3://bucket/prefix) through a small handler that reads each requested object with fsspec, so
-index.html and every run's report.html open in a browser with their relative links intact.
-Prints the URL of index.html, then serves until interrupted.
+One handler for local and object stores (s3://bucket/prefix): each request is read through the store's
+fsspec filesystem, so index.html and every run's report open in a browser with their relative links
+intact. Only report pages and what they link are served (`report_path`): index.html/index.json, each
+run's pages (report.html, rollouts.html, ...), report.md and metrics.json, sweep pages and `static/`.
+Everything else, `cache/` (batch records, partials, locks), rollout parquet files, logs, index entries
+and any folder, is a 404, never a listing. Binds 127.0.0.1 by default; prints the URL of index.html,
+then serves until interrupted.
 """
 
 from __future__ import annotations
 
-import functools
 import mimetypes
 import posixpath
+import re
 import threading
 import urllib.parse
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from core.store import Store
 
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # one path segment; never '.', '..' or hidden
+# What the pages are and what they link: nothing else in a store is served.
+REPORT_PATHS = re.compile(
+    rf"""
+      index\.(html|json)
+    | static/{_NAME}\.(js|css)
+    | runs/{_NAME}/({_NAME}\.html|report\.md|metrics\.json)
+    | sweeps/{_NAME}/(report\.(html|md)|sweep\.json)
+    """,
+    re.VERBOSE,
+)
+CONTENT_TYPES = {".md": "text/markdown", ".json": "application/json", ".js": "text/javascript"}
 
-class FsspecHandler(BaseHTTPRequestHandler):
-    """GET/HEAD of `<store>/<request path>` through fsspec; a folder path serves its index.html."""
+
+def report_path(request_path: str) -> str | None:
+    """The store path (relative to its root) that a request path may read, or None.
+
+    Segments are decoded one by one, so an encoded slash (%2F) or backslash stays inside its segment
+    and fails the pattern, as do '..', '.', empty segments, bad UTF-8 and anything not a report page or
+    asset; "/" is index.html."""
+    raw = urllib.parse.urlsplit(request_path).path
+    if raw == "/":
+        return "index.html"
+    try:
+        segments = [urllib.parse.unquote(s, errors="strict") for s in raw.removeprefix("/").split("/")]
+    except UnicodeDecodeError:
+        return None
+    path = "/".join(segments)
+    if any("/" in s or "\\" in s for s in segments) or not REPORT_PATHS.fullmatch(path):
+        return None
+    return path
+
+
+def content_type(path: str) -> str:
+    ctype = CONTENT_TYPES.get(posixpath.splitext(path)[1]) or mimetypes.guess_type(path)[0]
+    ctype = ctype or "application/octet-stream"
+    return f"{ctype}; charset=utf-8" if ctype.startswith("text/") or ctype.endswith("json") else ctype
+
+
+class ReportHandler(BaseHTTPRequestHandler):
+    """GET/HEAD of report pages and their assets, read through fsspec from `root`; 404 for the rest."""
 
     fs: Any = None
     root: str = ""
 
-    def _resolve(self) -> str | None:
-        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if ".." in parts:
-            return None
-        key = posixpath.join(self.root, *parts) if parts else self.root
-        if path.endswith("/") or not parts:
-            key = posixpath.join(key, "index.html")
-        return key
-
     def _send(self, body: bool) -> None:
-        key = self._resolve()
-        if key is None:
-            self.send_error(HTTPStatus.BAD_REQUEST, "bad path")
+        path = report_path(self.path)
+        if path is None:
+            self.send_error(HTTPStatus.NOT_FOUND, "not a report page")
             return
         try:
-            data = self.fs.cat_file(key)
-        except (FileNotFoundError, IsADirectoryError):
+            data = self.fs.cat_file(posixpath.join(self.root, path))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             self.send_error(HTTPStatus.NOT_FOUND, "not in the store")
             return
         except Exception as exc:  # credentials, network: say so instead of dropping the connection
             self.send_error(HTTPStatus.BAD_GATEWAY, f"cannot read the store: {type(exc).__name__}")
             return
-        ctype = mimetypes.guess_type(key)[0] or "application/octet-stream"
         self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", f"{ctype}; charset=utf-8" if ctype.startswith("text/") else ctype)
+        self.send_header("Content-Type", content_type(path))
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
         if body:
             self.wfile.write(data)
@@ -65,12 +96,9 @@ class FsspecHandler(BaseHTTPRequestHandler):
 
 
 def make_server(store: Store, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    """An HTTP server for the store (not started); port 0 picks a free port."""
-    if store.is_local:
-        handler: Any = functools.partial(SimpleHTTPRequestHandler, directory=store.local_path)
-    else:
-        fs, root = store.filesystem()
-        handler = type("StoreHandler", (FsspecHandler,), {"fs": fs, "root": root.rstrip("/")})
+    """An HTTP server for the store's reports (not started); port 0 picks a free port."""
+    fs, root = store.filesystem()
+    handler = type("StoreHandler", (ReportHandler,), {"fs": fs, "root": root.rstrip("/")})
     return ThreadingHTTPServer((host, port), handler)
 
 

@@ -1,24 +1,29 @@
 """The sweep report: the grid points side by side, as files under `<store>/sweeps/<sweep id>/` and artifacts.
 
 One row per grid point (its values, its child run's state and headline metrics) and a chart of each
-benchmark's accuracy over the first grid key, as sweep.json, report.md and a self-contained report.html.
+benchmark's accuracy over the first grid key, as sweep.json, report.md and report.html (which links the
+store's plotly.js, see assets.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
 
 from core.store import Store, join
+from tasks.reporting.assets import plotly_script
 from tasks.reporting.charts import chart
-from tasks.reporting.format import browser_url, fmt_ci, fmt_num, fmt_rate
+from tasks.reporting.format import browser_url, fmt_ci, fmt_num, fmt_rate, relative_link
 from tasks.reporting.headline import StoredHeadline
 from tasks.reporting.parts import Chart, Link, Table
 from tasks.reporting.render import render_html, render_markdown
 
+SWEEP_DIR = ("sweeps",)
 SWEEP_FILES = {"json": "sweep.json", "markdown": "report.md", "html": "report.html"}
 ARTIFACT_KEY = "sweep-report"
 
@@ -31,7 +36,7 @@ class SweepView:
     points: int
     table: Table
     chart: Chart | None
-    reports: list[Link]  # each point's report: its path in the store, and a link a browser can follow
+    reports: list[Link]  # each point's report: its path in the store, and a link from the sweep's page
 
 
 def _value(value: Any) -> str:
@@ -94,7 +99,15 @@ def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> Chart 
     return chart(fig, "sweep-accuracy", f"Accuracy by {first}")
 
 
-def sweep_view(store: Store, info: dict[str, Any], points: list[dict[str, Any]]) -> SweepView:
+def report_href(report: str, info: dict[str, Any]) -> str:
+    """A link from the sweep's page to a point's report: relative inside the store (so it works from a
+    file, served, and on S3), a browser URL for a report elsewhere."""
+    if "://" in report or os.path.isabs(report):
+        return browser_url(report)
+    return relative_link(posixpath.join(*SWEEP_DIR, info["sweep_id"], SWEEP_FILES["html"]), report)
+
+
+def sweep_view(info: dict[str, Any], points: list[dict[str, Any]]) -> SweepView:
     """The sweep's page; point reports are paths relative to the store root."""
     return SweepView(
         title=f"Sweep {info['sweep_id']}" + (f": {info['name']}" if info.get("name") else ""),
@@ -104,20 +117,21 @@ def sweep_view(store: Store, info: dict[str, Any], points: list[dict[str, Any]])
         table=points_table(info, points),
         chart=accuracy_chart(info, points),
         reports=[
-            Link(f"p{p['index']}", p["report"], browser_url(store.path(p["report"]))) for p in points if p.get("report")
+            Link(f"p{p['index']}", p["report"], report_href(p["report"], info)) for p in points if p.get("report")
         ],
     )
 
 
 def write_sweep_report(store: Store, info: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, str]:
     """Write the sweep's files (atomically, through the store), link them as artifacts, return their URLs."""
-    folder = store.path("sweeps", info["sweep_id"])
+    folder = store.path(*SWEEP_DIR, info["sweep_id"])
     urls = {kind: join(folder, name) for kind, name in SWEEP_FILES.items()}
-    view = sweep_view(store, info, points)
+    view = sweep_view(info, points)
     markdown = render_markdown("sweep.md.j2", view=view)
     store.write_text(urls["json"], json.dumps({**info, "points": points}, indent=2, default=str) + "\n")
     store.write_text(urls["markdown"], markdown)
-    store.write_text(urls["html"], render_html("sweep.html.j2", view=view))
+    plotly = plotly_script(store, urls["html"]) if view.chart else None
+    store.write_text(urls["html"], render_html("sweep.html.j2", view=view, plotly=plotly))
     _publish(urls, markdown)
     return urls
 

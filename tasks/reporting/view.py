@@ -51,6 +51,10 @@ class ReportView:
     config_json: str  # redacted
     benchmarks: list[BenchmarkView]
 
+    @property
+    def has_charts(self) -> bool:
+        return bool(self.headline_charts) or any(b.charts for b in self.benchmarks)
+
 
 def report_title(run_info: Mapping[str, Any]) -> str:
     return f"Evaluation report: {run_info.get('model', '?')} ({run_info.get('run_id', '?')})"

@@ -13,7 +13,6 @@ from typer.testing import CliRunner, Result
 from cli.main import app
 from core.config import EvalConfig
 from core.overrides import OverrideError, config_data, has_path, set_path
-from core.store import Store
 from flows.sweep import SweepError, expand_grid, load_sweep
 from tasks.reporting.render import render_html, render_markdown
 from tasks.reporting.sweep import points_table, sweep_view
@@ -118,11 +117,11 @@ def test_sweep_report_puts_points_side_by_side() -> None:
     assert table.header[:3] == ["point", "sampling.temperature", "state"]
     assert table.rows[0] == ["p0", "0.6", "Completed", "25.00% (10.0–50.0%)", "50.00%", "0.250", "r0"]
     assert table.rows[1][2] == "Failed" and table.rows[1][-1] == "boom"
-    view = sweep_view(Store("/store"), info, points)
+    view = sweep_view(info, points)
     md = render_markdown("sweep.md.j2", view=view)
     assert "runs/r0/report.html" in md and "| p1 | 0.8 | Failed |" in md
     page = render_html("sweep.html.j2", view=view)
-    assert "sweep-accuracy" in page and "file:///store/runs/r0/report.html" in page
+    assert "sweep-accuracy" in page and 'href="../../runs/r0/report.html"' in page
 
 
 def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path) -> None:

@@ -155,11 +155,11 @@ def test_sweep_markdown_and_html_from_one_view(tmp_path: Path) -> None:
          "headline": {"alpha": headline}, "report": "runs/r0/report.html"},
         {"index": 1, "values": {"sampling.temperature": 0.8}, "state": "Failed", "message": "boom | <b>"},
     ]  # fmt: skip
-    view = sweep_view(Store(str(tmp_path)), info, points)
+    view = sweep_view(info, points)
     md, page = render_markdown("sweep.md.j2", view=view), render_html("sweep.html.j2", view=view)
     grid = "Grid: `sampling.temperature` = [0.6, 0.8]; 2 points via `this process`."
     assert md.startswith(f"# Sweep sw1: &lt;t&gt;\n\n{grid}\n")
     assert "| p0 | 0.6 | Completed | 25.00% (10.0–50.0%) | 50.00% | 0.250 | r0 |" in md
     assert "| p1 | 0.8 | Failed |  |  |  | boom \\| &lt;b&gt; |" in md and "- p0: `runs/r0/report.html`" in md
     assert "<td>25.00% (10.0–50.0%)</td>" in page and "<td>boom | &lt;b&gt;</td>" in page
-    assert f'href="{(tmp_path / "runs/r0/report.html").as_uri()}"' in page and 'id="sweep-accuracy"' in page
+    assert 'href="../../runs/r0/report.html"' in page and 'id="sweep-accuracy"' in page

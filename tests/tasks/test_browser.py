@@ -1,11 +1,12 @@
 """report.html and index.html in headless Chromium, opened from file:// with no network.
 
-No console errors, every chart drawn, the rollout browser's filters and transcripts work. Screenshots go
-to test-artifacts/ at the repo root.
+No console errors, every chart drawn; the rollout browser (rollouts.html) filters, sorts, searches and shows
+transcripts as chats. Screenshots go to test-artifacts/ at the repo root.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,8 +18,10 @@ from core.schema import RunMetrics
 from core.store import Store
 from tasks.analysis.compare import compare
 from tasks.analysis.metrics import compute_metrics
+from tasks.reporting.browser import load_rollouts, write_browser
 from tasks.reporting.index import index_entry, update_index
 from tasks.reporting.report import write_report
+from tasks.reporting.view import report_title
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -60,6 +63,22 @@ def gsm_rows(make_rollout: Callable[..., dict], run_id: str, ok_mod: int) -> lis
     return rows
 
 
+def tetris_transcript(g: int, r: int) -> list[dict[str, Any]]:
+    """A game as envs/tetris.py records it: system and user prompt, then g + r step calls and their boards."""
+    turns: list[dict[str, Any]] = [
+        {"role": "system", "content": "You play Tetris."},
+        {"role": "user", "content": "New game"},
+    ]
+    for c in range(g + r):
+        args = json.dumps({"actions": ["Left", "Down"][: c % 2 + 1]})
+        call = {"id": f"call_{c}", "type": "function", "function": {"name": "step", "arguments": args}}
+        turns.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        board = "\n".join(["_____", "_XX__" if c % 2 else "__XX_", "#_###"])
+        result = f"Applied {c % 2 + 1} action(s).\n\nBoard:\n{board}"
+        turns.append({"role": "tool", "tool_call_id": f"call_{c}", "content": result})
+    return [*turns, {"role": "assistant", "content": "<answer>Left || Down</answer>"}]
+
+
 def tetris_rows(make_rollout: Callable[..., dict], run_id: str) -> list[dict[str, Any]]:
     return [
         make_rollout(
@@ -72,11 +91,8 @@ def tetris_rows(make_rollout: Callable[..., dict], run_id: str) -> list[dict[str
             success=g == 2,
             parsed_answer="Left || Down",
             reference=None,
-            transcript=[
-                {"role": "user", "content": "board"},
-                {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "step"}}]},
-                {"role": "tool", "content": "_#_"},
-            ],
+            transcript=tetris_transcript(g, r),
+            info={"final_board": "_____\n#_###", "cleared_rows": int(g == 2)},
         )
         for g in range(3)
         for r in range(2)
@@ -103,6 +119,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         baseline_info = {"run_id": "run-a", "report": "runs/run-a/report.html"}
         comparison = compare(metrics, previous, info, baseline_info) if previous else None
         urls = write_report(store.path("runs", run_id), metrics, info, files, store, comparison)
+        # what report.py's write_report is to do as well (see tasks/reporting/browser.py)
+        frame = load_rollouts(files, store, dedupe=False)
+        urls["browser"] = write_browser(store.path("runs", run_id), report_title(info), metrics, frame, store)
         update_index(store, index_entry(info, metrics, urls, store.url))
         previous = metrics
         out[run_id] = {"urls": urls, "metrics": metrics}
@@ -143,10 +162,6 @@ class Page:
         return divs, plots, with_svg
 
 
-def visible_rows(box: Any) -> int:
-    return box.locator("tbody tr:not([hidden])").count()
-
-
 def test_report_renders_without_errors(browser: Any, site: dict[str, Any]) -> None:
     page = Page(browser, Path(site["run-b"]["urls"]["html"]).as_uri())
     divs, plots, with_svg = page.charts_rendered()
@@ -159,49 +174,91 @@ def test_report_renders_without_errors(browser: Any, site: dict[str, Any]) -> No
     page.page.close()
 
 
-def test_rollout_filters_and_transcripts(browser: Any, site: dict[str, Any]) -> None:
-    page = Page(browser, Path(site["run-b"]["urls"]["html"]).as_uri())
-    box = page.page.locator("#browser-gsm8k")
-    count = box.locator(".f-count")
-    assert visible_rows(box) == 48 and count.text_content() == "48 of 48 rollouts shown"
+def rollouts_page(browser: Any, site: dict[str, Any], hash_: str = "") -> Page:
+    return Page(browser, Path(site["run-b"]["urls"]["browser"]).as_uri() + hash_)
 
-    box.locator(".f-prompt").fill("P01")  # case-insensitive substring of the prompt id
-    assert visible_rows(box) == 4 and count.text_content() == "4 of 48 rollouts shown"
-    box.locator(".f-prompt").fill("p1")  # p10, p11
-    assert visible_rows(box) == 8
-    box.locator(".f-prompt").fill("")
 
+def shown(page: Page) -> str:
+    return page.page.locator("#f-count").text_content()
+
+
+def test_browser_opens_a_search_from_the_url(browser: Any, site: dict[str, Any]) -> None:
+    """The hash holds the filters: a search over the completions, and the first hit's transcript as turns."""
+    page = rollouts_page(browser, site, "#q=STEP%20BY%20step&open=first")
+    assert page.page.locator("#f-q").input_value() == "STEP BY step"
+    assert shown(page) == "4 of 54 rollouts shown"  # p01's 4 completions; 48 gsm8k + 6 tetris rollouts
+    assert page.page.locator("#rows tbody tr").count() == 4
+    turns = page.page.locator("#t-turns .turn")
+    assert [t.split("\n")[0] for t in turns.all_inner_texts()[:2]] == ["USER", "ASSISTANT"]
+    assert turns.nth(0).locator(".msg-text").text_content() == "1+1?"
+    assert EVIL in turns.nth(1).locator(".msg-text").text_content()  # model text shown as text, never run
+    assert page.page.locator("#t-title").text_content().startswith("gsm8k · prompt p01 · repeat ")
+    page.page.screenshot(path=str(ARTIFACTS / "browser-search.png"), full_page=True)
+    assert page.errors == []  # no console errors, no alert() dialog, no network
+    page.page.close()
+
+
+def test_browser_filters_sorts_and_searches(browser: Any, site: dict[str, Any]) -> None:
+    page = rollouts_page(browser, site)
+    p = page.page
+    assert shown(page) == "54 of 54 rollouts shown"
+    p.locator("#f-q").fill("<b>bold</b>")  # typed text, matched literally
+    assert shown(page) == "4 of 54 rollouts shown"
+    assert "q=%3Cb%3Ebold%3C%2Fb%3E" in p.url  # the view can be linked
+    p.locator("#f-q").fill("")
+    p.locator("#f-result").select_option("error")
+    assert shown(page) == "1 of 54 rollouts shown"
+    assert p.locator("#rows tbody tr td").nth(1).text_content() == "p03"
     successes = site["run-b"]["metrics"].benchmarks["gsm8k"].successes
-    box.locator(".f-result").select_option("error")
-    assert visible_rows(box) == 1
-    box.locator(".f-result").select_option("success")
-    assert visible_rows(box) == successes
-    box.locator(".f-result").select_option("failure")
-    assert visible_rows(box) == 48 - successes - 1
-    box.locator(".f-result").select_option("")
-    box.locator(".f-min").fill("0.5")
-    assert visible_rows(box) == successes
-    box.locator(".f-min").fill("")
-    box.locator(".f-max").fill("0.5")
-    assert visible_rows(box) == 48 - successes
-    box.locator(".f-max").fill("")
+    p.locator("#f-bench").select_option("gsm8k")
+    p.locator("#f-result").select_option("correct")
+    assert shown(page) == f"{successes} of 54 rollouts shown"
+    p.locator("#f-result").select_option("")
+    p.locator("#f-min").fill("0.5")
+    assert shown(page) == f"{successes} of 54 rollouts shown"
+    p.locator("#f-min").fill("")
+    p.locator("#f-bench").select_option("tetris")
+    p.locator("#f-sort").select_option("reward")
+    p.locator("#f-desc").check()
+    rewards = [float(t) for t in p.locator("#rows tbody tr td:nth-child(5)").all_text_contents()]
+    assert rewards == sorted(rewards, reverse=True) and len(rewards) == 6 and rewards[0] == 9.8
+    p.locator("#f-sort").select_option("turns")
+    assert shown(page) == "6 of 54 rollouts shown"
+    assert page.errors == []
+    page.page.close()
 
-    box.locator(".f-prompt").fill("p01")
-    box.locator("tbody tr:not([hidden])").first.click()
-    panel = box.locator(".transcript")
-    assert panel.is_visible()
-    assert box.locator(".t-title").text_content().startswith("prompt p01 · repeat 0")
-    assert EVIL in box.locator(".t-text").text_content()  # shown as text, never run as HTML
-    transcript = box.locator(".t-json").text_content()
-    assert '"messages"' in transcript and '"strict_correct"' in transcript
-    panel.screenshot(path=str(ARTIFACTS / "report-transcript.png"))
-    box.locator(".t-close").click()
-    assert not panel.is_visible()
 
-    tetris = page.page.locator("#browser-tetris")
-    tetris.locator("tbody tr").nth(3).click()
-    assert '"tool_calls"' in tetris.locator(".t-json").text_content()
-    tetris.screenshot(path=str(ARTIFACTS / "report-browser-tetris.png"))
+def test_tetris_transcript_shows_calls_results_and_boards(browser: Any, site: dict[str, Any]) -> None:
+    page = rollouts_page(browser, site, "#b=tetris&open=tetris/game-1/1")
+    turns = page.page.locator("#t-turns .turn")
+    roles = [t.split("\n")[0] for t in turns.all_inner_texts()]
+    assert roles[:6] == [
+        "SYSTEM",
+        "USER",
+        "ASSISTANT",
+        "TOOL · RESULT OF CALL_0",
+        "ASSISTANT",
+        "TOOL · RESULT OF CALL_1",
+    ]
+    call = turns.nth(4).locator(".tool-call")
+    assert call.locator(".tool-name").first.text_content() == "step("
+    assert call.locator(".tool-args").text_content() == '{\n  "actions": [\n    "Left",\n    "Down"\n  ]\n}'
+    board = turns.nth(5).locator(".board")
+    assert board.locator(".board-row").count() == 3 and board.locator(".cell").count() == 15
+    assert board.locator(".cell.falling").count() == 2 and board.locator(".cell.settled").count() == 4
+    assert page.page.locator("#t-turns .board").count() == 3  # 2 tool results and the final board
+    page.page.locator("#transcript").screenshot(path=str(ARTIFACTS / "browser-tetris.png"))
+    assert page.errors == []
+    page.page.close()
+
+
+def test_report_links_to_the_browser(browser: Any, site: dict[str, Any]) -> None:
+    page = Page(browser, Path(site["run-b"]["urls"]["html"]).as_uri())
+    page.page.locator("#browser-tetris a").click()
+    page.page.wait_for_load_state("load")
+    assert page.page.url.endswith("/runs/run-b/rollouts.html#b=tetris")
+    assert page.page.locator("#f-bench").input_value() == "tetris"
+    assert shown(page) == "6 of 54 rollouts shown"
     assert page.errors == []
     page.page.close()
 

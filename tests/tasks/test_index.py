@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plotly.offline import get_plotlyjs
 
 from core.store import Store, StoreError
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting import index
+from tasks.reporting.assets import plotly_bundle
 from tasks.reporting.index import index_entry, read_entries, read_index, relative_to_store, update_index
 from tests.conftest import REPO_ROOT
 
@@ -84,7 +84,9 @@ def test_index_html_links_and_trends(tmp_path: Path) -> None:
     update_index(store, entry("a2", "2025-01-02T00:00:00+00:00", deployment="nightly"))
     update_index(store, entry("b1", "2025-01-03T00:00:00+00:00", run_name="<script>x</script>"))
     page = (tmp_path / "store/index.html").read_text()
-    assert page.count(get_plotlyjs()) == 1 and "<script src=" not in page
+    name, bundle = plotly_bundle()
+    assert re.findall(r'<script[^>]*src="([^"]+)"', page) == [f"static/{name}"] and "plotly.js v" not in page
+    assert (tmp_path / "store/static" / name).read_bytes() == bundle
     assert re.findall(r'href="(runs/[^"]+)"', page).count("runs/a1/report.html") == 2  # run label + report link
     assert re.findall(r'<tr data-run="([^"]+)"', page) == ["b1", "a2", "a1"]  # newest first
     assert page.count('class="plotly-graph-div"') == 2  # deployment: nightly / gsm8k and run name: ... / gsm8k
@@ -203,7 +205,7 @@ def test_failed_rebuild_keeps_the_previous_complete_index(tmp_path: Path, monkey
     update_index(store, entry("first"))
     before = (tmp_path / "store/index.json").read_text()
 
-    def broken(entries: list[dict[str, Any]]) -> str:
+    def broken(entries: list[dict[str, Any]], store: Store) -> str:
         raise RuntimeError("renderer crashed")
 
     monkeypatch.setattr(index, "render_index_html", broken)

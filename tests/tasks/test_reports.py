@@ -13,13 +13,20 @@ import fsspec
 import pytest
 from plotly.offline import get_plotlyjs
 
+from core.overrides import resolve_config
 from core.schema import EnvMetric, Interval, RunMetrics
 from core.store import Store
 from tasks.analysis.compare import compare
 from tasks.analysis.metrics import compute_metrics
-from tasks.reporting import browser
+from tasks.reporting.assets import plotly_bundle
 from tasks.reporting.headline import headline_records, headline_rows
-from tasks.reporting.report import format_terminal_summary, publish_artifacts, report_task, write_report
+from tasks.reporting.report import (
+    artifact_markdown,
+    format_terminal_summary,
+    publish_artifacts,
+    report_task,
+    write_report,
+)
 
 HEADLINE_CHARTS = 2  # rates with CIs, mean reward with its CI
 CHARTS = {"gsm8k": 5, "tetris": 6}  # tetris has tool calls: + mean reward by tool-call count
@@ -115,7 +122,7 @@ def read(url: str) -> str:
 
 def test_writes_three_files_and_metrics_round_trip(report) -> None:
     urls, metrics = report
-    assert set(urls) == {"metrics", "markdown", "html"}
+    assert set(urls) == {"metrics", "markdown", "html", "browser"}
     assert all(Path(u).is_file() for u in urls.values())
     assert not list(Path(urls["html"]).parent.glob(".*.tmp"))  # atomic writes leave no temporaries
     saved = json.loads(read(urls["metrics"]))
@@ -147,67 +154,91 @@ def test_markdown_report(report) -> None:
 
 def test_credentials_never_reach_reports(report) -> None:
     urls, _ = report
-    for url in urls.values():
+    for kind, url in urls.items():
         text = read(url)
         assert "hunter2" not in text and "AKIA" not in text
-        assert "s3://bucket/runs" in text
+        assert kind == "browser" or "s3://bucket/runs" in text  # the store's URL is shown, its secrets never
 
 
-def test_html_is_self_contained_with_one_plotly_bundle(report) -> None:
+def test_html_links_the_stores_plotly_copy_once(report, store: Store) -> None:
     urls, metrics = report
     page = read(urls["html"])
-    assert page.count(get_plotlyjs()) == 1
-    assert len(re.findall(r"plotly\.js v\d", page)) == 1
+    name, bundle = plotly_bundle()
+    assert re.findall(r'<script[^>]*src="([^"]+)"', page) == [f"../static/{name}"]  # page at <store>/report/
+    assert "plotly.js v" not in page and len(page.encode()) < 1_000_000  # was 4.8 MB of plotly.js + the page
+    assert (Path(store.path("static", name))).read_bytes() == bundle == get_plotlyjs().encode()
     assert page.count('class="plotly-graph-div"') == HEADLINE_CHARTS + sum(CHARTS.values())
     for name, count in CHARTS.items():
         assert len(re.findall(rf'id="chart-{name}-', page)) == count
-    assert "<script src=" not in page and not re.search(r"<script[^>]+src=[\"']?http", page)
+    assert not re.search(r"<script[^>]+src=[\"']?http", page)
     assert "<link " not in page and "@import" not in page
     assert f"{metrics.benchmarks['gsm8k'].accuracy:.2%}" in page
 
 
+def test_single_file_report_inlines_plotly(store: Store, run_files: list[str]) -> None:
+    metrics = analyze(run_files, store)
+    config = resolve_config(None, [f"store.url={store.url}", "store.self_contained_reports=true"])  # as `evalflow run`
+    info = run_info(config=config.model_dump(mode="json"))
+    by_config = write_report(store.path("single"), metrics, info, run_files, store)
+    by_argument = write_report(store.path("arg"), metrics, run_info(), run_files, store, self_contained=True)
+    for urls in (by_config, by_argument):
+        page = read(urls["html"])
+        assert page.count(get_plotlyjs()) == 1 and "<script src=" not in page and ' src="' not in page
+    assert not Path(store.path("static")).exists()  # nothing linked, nothing shared written
+
+
+def test_the_shared_plotly_copy_is_written_once_and_repaired(store: Store, run_files: list[str]) -> None:
+    metrics = analyze(run_files, store)
+    write_report(store.path("runs", "r1"), metrics, run_info(), run_files, store)
+    copy = Path(store.path("static", plotly_bundle()[0]))
+    first = copy.stat()
+    write_report(store.path("runs", "r2"), metrics, run_info(), run_files, store)
+    assert copy.stat().st_ino == first.st_ino and copy.stat().st_mtime_ns == first.st_mtime_ns  # not rewritten
+    assert 'src="../../static/plotly-' in read(store.path("runs", "r2", "report.html"))
+    copy.write_bytes(b"truncated")  # a damaged copy (wrong size) is replaced
+    write_report(store.path("runs", "r3"), metrics, run_info(), run_files, store)
+    assert copy.read_bytes() == plotly_bundle()[1]
+
+
+def test_a_report_outside_the_store_inlines_plotly(tmp_path: Path, run_files: list[str]) -> None:
+    store = Store(str(tmp_path / "store"))
+    urls = write_report(str(tmp_path / "elsewhere"), analyze(run_files, store), run_info(), run_files, store)
+    assert read(urls["html"]).count(get_plotlyjs()) == 1 and not (tmp_path / "store" / "static").exists()
+
+
+def test_the_artifact_markdown_carries_no_script(report) -> None:
+    urls, metrics = report
+    md = artifact_markdown(urls, metrics, run_info())
+    assert "<script" not in md and "plotly" not in md.lower() and "Full report" in md
+    assert "41.67%" in md  # the headline table is there
+
+
 def test_html_escapes_model_text(report) -> None:
     urls, _ = report
-    page = read(urls["html"])
-    assert EVIL not in page
-    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page  # a table cell
-    assert EVIL_JSON in page  # the transcript data: JSON with <, > and & escaped
-    assert page.count('<table class="rollouts">') == 2
-    assert EVIL not in read(urls["markdown"])
+    page, rollouts = read(urls["html"]), read(urls["browser"])
+    assert EVIL not in page and EVIL not in rollouts and EVIL not in read(urls["markdown"])
+    assert EVIL_JSON in rollouts  # the transcript data: JSON with <, > and & escaped
 
 
-def test_rollout_browser_rows_and_transcripts(report) -> None:
+def test_the_report_links_each_benchmarks_rollouts_on_the_browser_page(report) -> None:
     urls, _ = report
+    assert urls["browser"] == str(Path(urls["html"]).with_name("rollouts.html"))
     page = read(urls["html"])
-    gsm = page.split('id="browser-gsm8k"', 1)[1].split('id="browser-tetris"', 1)[0]
-    assert len(re.findall(r"<tr data-i=", gsm)) == 12
-    assert 'data-prompt="p1" data-repeat="3" data-reward="0.0" data-result="failure"' in gsm
-    data = json.loads(re.search(r'<script type="application/json" class="rollout-data">(.*?)</script>', gsm).group(1))
-    assert len(data) == 12 and data[0]["completion"] == "#### 2"
-    assert data[0]["messages"] == [{"role": "user", "content": "1+1?"}] and data[0]["info"]["strict_correct"]
-    for id_ in ("f-prompt-gsm8k", "f-min-gsm8k", "f-max-gsm8k", "f-result-gsm8k"):
-        assert f'id="{id_}"' in gsm
-    assert "tool calls" not in gsm.split("</thead>", 1)[0]  # no tool calls in gsm8k: no column
-    tetris = page.split('id="browser-tetris"', 1)[1]
-    assert "<th>tool calls</th>" in tetris
-
-
-def test_rollout_browser_is_capped(store: Store, run_files: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(browser, "MAX_ROLLOUT_ROWS", 5)
-    monkeypatch.setattr(browser, "MAX_BROWSER_BYTES", 600)
-    urls = write_report(store.path("capped"), analyze(run_files, store), run_info(), run_files, store)
-    gsm = read(urls["html"]).split('id="browser-gsm8k"', 1)[1].split('id="browser-tetris"', 1)[0]
-    assert len(re.findall(r"<tr data-i=", gsm)) == 5
-    assert "First 5 of 12 rollouts (by prompt id and repeat)" in gsm
-    assert "transcripts are not embedded (page size budget)" in gsm
+    assert re.findall(r'href="(rollouts\.html#b=[a-z0-9-]+)"', page) == [
+        "rollouts.html#b=gsm8k",
+        "rollouts.html#b=tetris",
+    ]
+    assert "browser.js" not in page and "browser-data" not in page  # the browser's script and rows live there
+    assert 'id="browser-data"' in read(urls["browser"])
 
 
 def test_long_transcripts_are_clipped(store: Store, make_rollout, write_batch) -> None:
     huge = [{"role": "user", "content": "x" * 50_000}]
     files = [write_batch([make_rollout(messages=huge, transcript=[*huge, {"role": "assistant", "content": "y"}])])]
     urls = write_report(store.path("clip"), analyze(files, store), run_info(), files, store)
-    page = read(urls["html"])
-    assert "clipped (" in page and "x" * 40_000 not in page
+    assert "x" * 40_000 not in read(urls["html"])
+    rollouts = read(urls["browser"])
+    assert "clipped (" in rollouts and "x" * 40_000 not in rollouts
 
 
 def test_tool_sections_only_where_tools_were_used(report) -> None:
@@ -238,7 +269,7 @@ def test_report_for_an_empty_run(store: Store) -> None:
     urls = write_report(store.path("empty"), metrics, run_info(timings={}), [], store)
     assert "No rollouts" in read(urls["markdown"])
     page = read(urls["html"])
-    assert page.count(get_plotlyjs()) == 1 and 'class="plotly-graph-div"' not in page
+    assert "plotly" not in page.lower() and not Path(store.path("static")).exists()  # no chart, no plotly.js
     assert "(no rollouts)" in format_terminal_summary(metrics, urls)
 
 
