@@ -39,7 +39,7 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install Debian's chromium package for the HTML tests" >&2; exit 1; fi; }
 
-# The real path: server, blocks, deployments, a worker, `prefect deployment run eval/smoke --watch`.
+# The real path: server, blocks, deployments, a worker, a flow run of eval/smoke followed in the terminal.
 demo: runtime
 	$(RUN) evalflow demo
 

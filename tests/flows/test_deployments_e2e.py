@@ -1,6 +1,7 @@
 """Deployments the way operators use them: a real `prefect server start` on loopback, `prefect deploy`
 from prefect.yaml (through `evalflow local deploy`), real process workers, runs started with
-`evalflow local run` (`prefect deployment run --watch`), state changes and artifacts read through the Prefect API."""
+`evalflow local run` (a flow run of the deployment, its logs followed), state changes and artifacts
+read through the Prefect API."""
 
 from __future__ import annotations
 
