@@ -10,6 +10,7 @@ Store unpickled elsewhere falls back to the environment's credentials, as s3fs d
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import posixpath
 import uuid
@@ -25,6 +26,14 @@ from core import secrets
 
 # Every S3 network call has a timeout: an unreachable endpoint fails in seconds, not minutes.
 S3_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}
+
+
+def content_type(path: str) -> str:
+    return mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
 class StoreError(RuntimeError):
@@ -133,8 +142,10 @@ class Store:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
         else:
+            # S3 objects get their content type, or static-website hosting and browsers download pages
+            kwargs = {"ContentType": content_type(path)} if "s3" in _protocols(fs) else {}
             try:
-                fs.pipe_file(path, data)
+                fs.pipe_file(path, data, **kwargs)
             except Exception as exc:  # s3fs raises a zoo of botocore/aiohttp errors
                 raise StoreError(f"cannot write {url}: {type(exc).__name__}: {exc}") from exc
         return url

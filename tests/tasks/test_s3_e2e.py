@@ -235,6 +235,9 @@ def test_serve_reports_from_s3(s3_endpoint: str, s3_store: str, make_rollout) ->
             assert "evalflow runs" in resp.read().decode()
         with urllib.request.urlopen(url.replace("index.html", f"runs/{RUN_ID}/report.html"), timeout=10) as resp:
             assert f"Evaluation report: tiny ({RUN_ID})" in resp.read().decode()
+        fs = fsspec.filesystem("s3", **s3_options(s3_endpoint))  # the objects carry their type (S3 website hosting)
+        assert fs.info(f"{s3_store}/runs/{RUN_ID}/report.html")["ContentType"] == "text/html"
+        assert fs.info(f"{s3_store}/index.json")["ContentType"] == "application/json"
         with urllib.request.urlopen(url.replace("index.html", ""), timeout=10) as resp:  # a folder: its index
             assert "evalflow runs" in resp.read().decode()
         with pytest.raises(urllib.error.HTTPError) as missing:
