@@ -96,8 +96,8 @@ class ServerConfig(_Strict):
     cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
-        description="compute dtype (--dtype); auto: the model's on GPU, on CPU float32 unless the CPU has AMX "
-        "(bf16 is emulated otherwise). Part of the batch cache key",
+        description="compute dtype (--dtype); auto: the model's on GPU; on CPU bfloat16 where the CPU has bf16 "
+        "instructions (AVX512_BF16/AMX), else float32 (bf16 would be emulated). Part of the batch cache key",
     )
     cpu_reserved_cores: int | None = Field(
         None, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; default: none on machines of up to 8 cores"
