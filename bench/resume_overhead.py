@@ -8,8 +8,9 @@ rollouts), next to the first run that collected them, in one process against one
 The first run uses short completions (--max-tokens) since only the rerun is measured. With --config
 (a config whose store already holds every batch, e.g. after `make demo`) no server and no first run
 are needed. Prints the stage timings of the in-process runs, then the fully cached rerun as a fresh
-process (`evalflow run`, which adds imports and a temporary Prefect API unless PREFECT_API_URL is
-set): wall time of --repeats runs and their median.
+process (`evalflow run`, which adds imports and a Prefect API): wall time of --runs runs and their
+median, first with a temporary API (unless this checkout's local server is already up), then with the
+local server that `make server`/`make demo` leave running (started here if needed, and stopped again).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from bench.common import add_server_args, server_from
 from core.config import EvalConfig
 from core.overrides import resolve_config
 from flows.eval import eval_flow, plan_run
-from ops.api import prefect_api
+from ops import local
+from ops.api import prefect_api, running_local_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,14 +69,32 @@ def fresh_process(config: Path, overrides: list[str], runs: int) -> list[float]:
     return walls
 
 
-def print_table(rows: list[tuple[str, float, dict[str, Any], dict[str, float]]], walls: list[float]) -> None:
+def fresh_processes(config: Path, overrides: list[str], runs: int) -> dict[str, list[float]]:
+    """{Prefect API used: walls} of fresh `evalflow run` processes, for each API a new process can use."""
+    if os.environ.get("PREFECT_API_URL"):
+        return {"PREFECT_API_URL": fresh_process(config, overrides, runs)}
+    found: dict[str, list[float]] = {}
+    started_here = running_local_server() is None
+    if started_here:
+        found["temporary Prefect API"] = fresh_process(config, overrides, runs)
+        local.server()
+    try:
+        found["local server (make server)"] = fresh_process(config, overrides, runs)
+    finally:
+        if started_here:
+            local.stop_server()
+    return found
+
+
+def print_table(rows: list[tuple[str, float, dict[str, Any], dict[str, float]]], fresh: dict[str, list[float]]) -> None:
     print(f"{'run':<26} {'wall s':>7} {'batches cached':>15}  stages (s)")
     for label, wall, batches, timings in rows:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
         print(f"{label:<26} {wall:7.2f} {batches['cached']:>7}/{batches['total']:<7}  {stages}")
-    api = "PREFECT_API_URL" if os.environ.get("PREFECT_API_URL") else "temporary Prefect API"
-    runs = ", ".join(f"{w:.1f}" for w in walls)
-    print(f"{'cached rerun, new process':<26} {statistics.median(walls):7.2f}  median of {len(walls)} ({runs}); {api}")
+    for api, walls in fresh.items():
+        runs = ", ".join(f"{w:.1f}" for w in walls)
+        label = "cached rerun, new process"
+        print(f"{label:<26} {statistics.median(walls):7.2f}  median of {len(walls)} ({runs}); {api}")
 
 
 def measure_cached(config_path: str, overrides: list[str], runs: int) -> None:
@@ -89,7 +109,7 @@ def measure_cached(config_path: str, overrides: list[str], runs: int) -> None:
             result = asyncio.run(eval_flow(config))
             rows.append((label, time.perf_counter() - started, result["batches"], result["timings_s"]))
     print(f"\n{planned['rollouts']['total']:,} rollouts, all cached ({config_path} {' '.join(overrides)})")
-    print_table(rows, fresh_process(Path(config_path), overrides, runs))
+    print_table(rows, fresh_processes(Path(config_path), overrides, runs))
 
 
 def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
@@ -110,7 +130,7 @@ def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
     config.write_text(yaml.safe_dump(data))
     rollouts = args.prompts * args.repeats
     print(f"\n{rollouts:,} rollouts ({args.prompts} prompts x {args.repeats} repeats)")
-    print_table(rows, fresh_process(config, [], args.runs))
+    print_table(rows, fresh_processes(config, [], args.runs))
     print(f"\nratio cached rerun / first run: {rows[1][1] / rows[0][1]:.3f}")
 
 

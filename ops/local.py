@@ -346,6 +346,11 @@ def stop() -> None:
     """Stop the workers started here, then the server started here."""
     for pid_file in sorted(HOME.glob("worker-*.pid")):
         _stop(pid_file)
+    stop_server()
+
+
+def stop_server() -> None:
+    """Stop the server started here (not the workers)."""
     _stop(HOME / "server.pid")
 
 
