@@ -38,8 +38,8 @@ def test_run_dry_run_prints_the_plan(evalflow: Callable[..., Result]) -> None:
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     assert plan["config"]["sampling"]["temperature"] == 0.6  # the override, after the file
-    assert plan["benchmarks"] == {"gsm8k": {"prompts": 50, "repeats": 4}}
-    assert plan["rollouts"]["total"] == 200
+    assert plan["benchmarks"] == {"gsm8k": {"prompts": 40, "repeats": 4}}
+    assert plan["rollouts"]["total"] == 160
     assert plan["model"]["kind"] == "gguf" and plan["model"]["served_name"]
 
 
