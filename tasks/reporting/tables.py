@@ -236,7 +236,7 @@ def _run_value(value: Any) -> str:
 
 def run_sections(run_info: dict[str, Any]) -> list[Section]:
     """The run's identity (scalars, plus the wall-clock duration) and its stage timings."""
-    skip = {"config", "timings", "stage_timings"}
+    skip = {"config", "timings", "stage_timings", "provenance"}
     scalars = [(k, "–" if v is None else _run_value(v)) for k, v in run_info.items() if k not in skip]
     start, end = _as_datetime(run_info.get("started_at")), _as_datetime(run_info.get("finished_at"))
     if start and end:
@@ -248,4 +248,42 @@ def run_sections(run_info: dict[str, Any]) -> list[Section]:
         rows = [[stage, fmt_num(float(sec), 1)] for stage, sec in timings.items()]
         rows.append(["total", fmt_num(sum(float(sec) for sec in timings.values()), 1)])
         sections.append(Section("Stage timings", Table(["stage", "seconds"], rows)))
+    sections += provenance_sections(run_info.get("provenance"))
     return sections
+
+
+def provenance_sections(record: dict[str, Any] | None) -> list[Section]:
+    """What produced the run (code, runtime, server settings, hardware) and the data it read."""
+    if not record:
+        return []
+    code, runtime = record.get("evalflow") or {}, record.get("runtime") or {}
+    server, hardware = record.get("server") or {}, record.get("hardware") or {}
+    commit = code.get("commit")
+    commit_text = "–" if not commit else commit[:12] + (" (uncommitted changes)" if code.get("dirty") else "")
+    cpu = server.get("cpu") or {}
+    pairs = [
+        ("evalflow", f"{code.get('version') or '–'}, commit {commit_text}"),
+        ("python, prefect", f"{record.get('python') or '–'}, {record.get('prefect') or '–'}"),
+        ("vLLM runtime", ", ".join(f"{k} {runtime.get(k)}" for k in ("flavor", "vllm", "torch", "transformers"))
+         if runtime else "– (external server, or none started)"),
+        ("server", ", ".join(f"{k} {v}" for k, v in server.items() if k != "cpu") or "–"),
+        ("CPU server settings", cpu.get("reason") or "–"),
+        ("hardware", f"{hardware.get('cpu', '–')}, {hardware.get('cores', '–')} cores, "
+         f"GPUs: {', '.join(hardware.get('gpus') or []) or 'none'}"),
+    ]  # fmt: skip
+    sections = [Section("Provenance", kv_table(pairs))]
+    benchmarks = record.get("benchmarks") or []
+    if benchmarks:
+        header = ["benchmark", "env version", "options", "dataset", "rows", "dataset hash", "prompt template hash"]
+        rows = [
+            [b.get("benchmark", "–"), str(b.get("env_version", "–")), _options(b.get("options")),
+             str(b.get("dataset", "–")), fmt_num(b.get("rows")), str(b.get("dataset_hash", "–"))[:16],
+             str(b.get("prompt_template_hash", "–"))]
+            for b in benchmarks
+        ]  # fmt: skip
+        sections.append(Section("Data and prompts", Table(header, rows)))
+    return sections
+
+
+def _options(options: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (options or {}).items()) or "–"

