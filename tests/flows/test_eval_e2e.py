@@ -61,7 +61,10 @@ def test_flow_against_shared_server(endpoint: Endpoint, prefect_home: Path, tmp_
     assert bench["n_prompts"] == 4
     assert bench["accuracy"] == pytest.approx(sum(r[2] for r in rows) / 8)
     assert bench["tokens"]["completion_total"] == sum(r[5] for r in rows)
-    assert (run_dir / "report.html").stat().st_size > 100_000  # plotly inlined
+    page = (run_dir / "report.html").read_text()
+    [plotly] = list((run_dir.parents[1] / "static").glob("plotly-*.min.js"))  # one copy per store, linked
+    assert f'src="../../static/{plotly.name}"' in page and plotly.stat().st_size > 1_000_000
+    assert len(page) < 1_000_000 and (run_dir / "rollouts.html").exists()
     assert f"{bench['accuracy']:.3f}" in (run_dir / "report.md").read_text()
 
 
