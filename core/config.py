@@ -6,6 +6,7 @@ repeat count or a malformed store URL fails here, with the field named in the me
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def chat_template_path(value: str) -> Path:
+    """A chat template file named in the config: absolute, or relative to the repo root."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
 
 
 class _Strict(BaseModel):
@@ -107,7 +114,19 @@ class ServerConfig(_Strict):
     tool_call_parser: str | None = Field(
         None, description="vLLM tool-call parser (e.g. hermes for Qwen3): enables tool calling on the server"
     )
+    chat_template: str | None = Field(
+        None,
+        description="a Jinja chat template file for --chat-template (relative paths: from the repo root), e.g. "
+        "configs/chat_templates/smollm2_tools.jinja: SmolLM2's template plus Hermes-style tool calls",
+    )
     extra_args: list[str] = Field(default_factory=list, description="extra vllm serve arguments")
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template_exists(cls, value: str | None) -> str | None:
+        if value is not None and not chat_template_path(value).is_file():
+            raise ValueError(f"server.chat_template: no such file {value!r} (relative paths start at {REPO_ROOT})")
+        return value
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> ServerConfig:
@@ -128,8 +147,16 @@ class SamplingConfig(_Strict):
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
 
 
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
 class BenchmarkConfig(_Strict):
     name: str = Field(description="environment name, e.g. gsm8k")
+    label: str | None = Field(
+        None,
+        description="the benchmark's name in records and reports (default: the environment name); set it to run "
+        "one environment in several settings in one run, e.g. gsm8k_8shot",
+    )
     dataset: str | None = Field(
         None,
         description="JSONL/parquet path or URL, or hf-dataset:<path>?config=..&split=..; default: the shipped set",
@@ -137,6 +164,23 @@ class BenchmarkConfig(_Strict):
     limit: int | None = Field(None, ge=1, description="use the first N prompts")
     repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
     options: dict[str, Any] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="tokens per completion here (default: sampling.max_tokens); lm-eval's max_gen_toks",
+    )
+
+    @property
+    def key(self) -> str:
+        """The benchmark's name in records, batch paths, metrics and reports."""
+        return self.label or self.name
+
+    @field_validator("label")
+    @classmethod
+    def _label_format(cls, value: str | None) -> str | None:
+        if value is not None and not LABEL_RE.match(value):
+            raise ValueError(f"label {value!r}: use letters, digits, '_', '.' or '-' (up to 64), e.g. gsm8k_8shot")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -224,6 +268,11 @@ class StoreConfig(_Strict):
         return value
 
 
+def _setting(b: BenchmarkConfig) -> tuple[str, ...]:
+    """What makes a benchmark's rollouts: two entries alike in this would collect the same batches."""
+    return (b.name, str(b.dataset), str(b.limit), str(b.max_tokens), json.dumps(b.options, sort_keys=True, default=str))
+
+
 class EvalConfig(_Strict):
     """One evaluation: a model, a server, benchmarks and how to sample them, and where to write."""
 
@@ -240,7 +289,18 @@ class EvalConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique_benchmarks(self) -> EvalConfig:
-        names = [b.name for b in self.benchmarks]
-        if len(names) != len(set(names)):
-            raise ValueError(f"benchmarks: each benchmark may appear once, got {names}")
+        from envs.registry import ENVS
+
+        keys = [b.key for b in self.benchmarks]
+        for i, b in enumerate(self.benchmarks):
+            if keys.index(b.key) != i:
+                raise ValueError(
+                    f"benchmarks.{i}: {b.key!r} is already benchmarks.{keys.index(b.key)}; give each setting of "
+                    f"an environment its own label (e.g. label: {b.name}_2)"
+                )
+            if b.key != b.name and b.key in ENVS:
+                raise ValueError(f"benchmarks.{i}.label: {b.key!r} names another environment; choose another label")
+            same = [j for j, o in enumerate(self.benchmarks[:i]) if _setting(o) == _setting(b)]
+            if same:  # identical batches: they would share cache entries and count the same rollouts twice
+                raise ValueError(f"benchmarks.{i} ({b.key}) is the same setting as benchmarks.{same[0]}: remove one")
         return self

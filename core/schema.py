@@ -305,15 +305,17 @@ class EnvMetric(_Doc):
     rollouts lacking a boolean value are not counted; `n` is that denominator, `ci` a Wilson interval.
     kind "mean": mean of the numeric info[key] over the completed rollouts that carry one (`n`).
     kind "counts": how often each value of info[key] occurs (`counts`, most frequent first; `n` their sum).
+    kind "items": info[key] is a list of booleans (e.g. IFEval's instructions); the share of true items over
+    every completed rollout's items (`n` items; lm-eval's instruction-level accuracy), Wilson `ci` over items.
     A metric no rollout carries is left out of the document.
     """
 
     key: str
     label: str
-    kind: Literal["rate", "mean", "counts"]
+    kind: Literal["rate", "mean", "counts", "items"]
     headline: bool = False
     description: str = ""
-    value: float | None = None  # rate or mean; null for counts
+    value: float | None = None  # rate, share of items or mean; null for counts
     n: int = 0
     ci: Interval | None = None
     counts: dict[str, int] | None = None

@@ -36,14 +36,16 @@ class Score:
 class MetricSpec:
     """A metric the analysis computes from `Score.info[key]` (see core.schema.EnvMetric for the rules).
 
-    kind "rate": `info[key]` is a boolean; "mean": a number; "counts": a categorical value. `headline`
-    rates are the env's own scores (higher is better): reports show them beside accuracy and a baseline
-    comparison flags their changes.
+    kind "rate": `info[key]` is a boolean; "mean": a number; "counts": a categorical value; "items": a
+    list of booleans (one per checked item of the rollout, e.g. IFEval's instructions), and the metric is
+    the share of true items over all rollouts' items (lm-eval's instruction-level accuracy), not a mean of
+    per-rollout shares. `headline` rates are the env's own scores (higher is better): reports show them
+    beside accuracy and a baseline comparison flags their changes.
     """
 
     key: str
     label: str
-    kind: Literal["rate", "mean", "counts"]
+    kind: Literal["rate", "mean", "counts", "items"]
     headline: bool = False
     description: str = ""
 
@@ -175,6 +177,10 @@ class MultiTurnEnv(Env):
 
     def tools(self) -> list[dict[str, Any]] | None:
         """OpenAI tool schemas offered with every request (None: no tools, e.g. a text-tag protocol)."""
+        return None
+
+    def tool_choice(self) -> str | dict[str, Any] | None:
+        """The request's `tool_choice` when tools are offered (None: not sent; the server's default, auto)."""
         return None
 
     @abstractmethod

@@ -9,6 +9,13 @@ Two protocols, the same game and scoring:
   0/1/2 mean Left/Right/Down), answered with a user message. One assistant message with at least one
   `<action>` tag (valid or not) counts as one tool call; a message with no tag ends the rollout.
 Reward = sum of step rewards (-0.1 per applied action, +10 per cleared row); success = a row was cleared.
+
+Tool choice (tools mode): `tool_choice: auto` (the default; the model decides, and the server needs a
+tool-call parser, e.g. `server.tool_call_parser: hermes`), `required` (every reply must call a tool: the
+server constrains decoding to a call, so the game ends by its rules or the call limit, never by a reply
+without a call) or `step` (the named tool, likewise forced). `strict_tools: true` marks the tool schema
+`strict`, so vLLM also pins the arguments to it (`{"actions": [...]}` with valid actions only). Small
+models that never call tools on their own (SmolLM2 on CPU) play with `required` + `strict_tools`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from envs.base import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Tu
 from envs.tetris_game import ACTIONS, PIECE_SETS, Game
 
 MODES = ("tools", "text")
+TOOL_CHOICES = ("auto", "required", "step")
 BOARD_RANGE = (2, 10)
 TOOL_NAME = "step"
 
@@ -344,10 +352,29 @@ class TetrisEnv(MultiTurnEnv):
         MetricSpec("cleared_rows", "cleared rows", "mean", description="full rows cleared"),
     )
 
-    def __init__(self, mode: str = "tools", max_tool_calls: int = 10, system_prompt: str | None = None) -> None:
-        super().__init__(mode=mode, max_tool_calls=max_tool_calls, system_prompt=system_prompt)
+    def __init__(
+        self,
+        mode: str = "tools",
+        max_tool_calls: int = 10,
+        system_prompt: str | None = None,
+        tool_choice: str = "auto",
+        strict_tools: bool = False,
+    ) -> None:
+        # the defaults of later options stay out of the recorded options, so earlier cache keys still hold
+        later: dict[str, Any] = {}
+        if tool_choice != "auto":
+            later["tool_choice"] = tool_choice
+        if strict_tools is not False:
+            later["strict_tools"] = strict_tools
+        super().__init__(mode=mode, max_tool_calls=max_tool_calls, system_prompt=system_prompt, **later)
         if mode not in MODES:
             raise ValueError(f"tetris: mode must be one of {MODES}, got {mode!r}")
+        if tool_choice not in TOOL_CHOICES:
+            raise ValueError(f"tetris: tool_choice must be one of {TOOL_CHOICES}, got {tool_choice!r}")
+        if not isinstance(strict_tools, bool):
+            raise ValueError(f"tetris: strict_tools must be true or false, got {strict_tools!r}")
+        if mode == "text" and later:
+            raise ValueError("tetris: tool_choice and strict_tools apply to mode 'tools' only (mode is 'text')")
         if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
             raise ValueError(f"tetris: max_tool_calls must be a positive integer, got {max_tool_calls!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
@@ -355,6 +382,8 @@ class TetrisEnv(MultiTurnEnv):
         self.mode = mode
         self.max_tool_calls = max_tool_calls
         self.system_prompt = system_prompt
+        self.choice = tool_choice
+        self.strict_tools = strict_tools
         # Every turn that executes something uses at least one call; one more turn for a refused call.
         self.max_turns = max_tool_calls + 1
 
@@ -366,7 +395,18 @@ class TetrisEnv(MultiTurnEnv):
         return template.format(max_tool_calls=self.max_tool_calls)
 
     def tools(self) -> list[dict[str, Any]] | None:
-        return [TOOL_SCHEMA] if self.mode == "tools" else None
+        if self.mode != "tools":
+            return None
+        if self.strict_tools:
+            return [{**TOOL_SCHEMA, "function": {**TOOL_SCHEMA["function"], "strict": True}}]
+        return [TOOL_SCHEMA]
+
+    def tool_choice(self) -> str | dict[str, Any] | None:
+        if self.mode != "tools" or self.choice == "auto":
+            return None  # the server's default; sent as before the option existed
+        if self.choice == "step":
+            return {"type": "function", "function": {"name": TOOL_NAME}}
+        return self.choice
 
     def reset(self, row: dict[str, Any]) -> TetrisEpisode:
         return TetrisEpisode(self, row)

@@ -27,7 +27,6 @@ from core.resolve import resolve
 from core.secrets import redact
 from core.store import Store
 from envs.base import SingleTurnEnv
-from envs.registry import metric_specs
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
@@ -230,7 +229,9 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
     if status["state"] == "failed" and not files:
         raise RunFailed(f"run {run_id} failed, no rollout finished: {status['reason']}")
     with stages("analyze"):
-        metrics = analyze_task(files, store, metric_specs(b.name for b in config.benchmarks))
+        # keyed by each benchmark's label: one environment may run in several settings
+        specs = {b.name: b.env.metrics for b in benchmarks}
+        metrics = analyze_task(files, store, specs, {b.name for b in benchmarks if b.env.majority_vote})
     with stages("report"):
         run_info = {
             "run_id": run_id,

@@ -59,6 +59,9 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
 # Tests start several servers: eager mode starts in ~1 min instead of ~3 (no torch.compile warm-up)
 # at the cost of throughput, which tests do not measure (bench/ does, in the default mode).
 FAST_START = ["--enforce-eager"]
+# constrained JSON (forced tool calls) without free whitespace: a 135M model pads it until max_tokens
+NO_JSON_WHITESPACE = ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+SMOLLM2_TOOLS_TEMPLATE = "configs/chat_templates/smollm2_tools.jinja"
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +86,12 @@ def smollm2() -> PreparedModel:
 def vllm_server(smollm2: PreparedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     runtime = ensure_runtime("auto")
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = VLLMServer(runtime, smollm2, ServerConfig(extra_args=FAST_START), log)
+    # with the cpu-smoke block's tool calling (hermes parser + SmolLM2's template with tools): requests
+    # without tools render and sample exactly as with the model's own template
+    cfg = ServerConfig(
+        extra_args=FAST_START + NO_JSON_WHITESPACE, tool_call_parser="hermes", chat_template=SMOLLM2_TOOLS_TEMPLATE
+    )
+    server = VLLMServer(runtime, smollm2, cfg, log)
     server.start()
     yield server
     server.stop()

@@ -22,7 +22,8 @@ def env_keys(specs: Mapping[str, Sequence[MetricSpec]]) -> dict[str, list[str]]:
 
 def _aggregates(spec: MetricSpec, i: int) -> str:
     """(a, b) per spec over the `env` value at position i: (trues, booleans) for a rate, (mean, numbers)
-    for a mean, (counts per value as a map, rollouts carrying one) for counts.
+    for a mean, (counts per value as a map, rollouts carrying one) for counts, (true items, boolean items)
+    over the JSON lists of items.
 
     A value is boolean when its JSON text is exactly true/false (a string "true" is '"true"'), and a
     number when it casts to DOUBLE (a quoted number does not). Counts read the value as a string (a
@@ -33,6 +34,11 @@ def _aggregates(spec: MetricSpec, i: int) -> str:
     if spec.kind == "rate":
         ok = "error IS NULL"
         return f"count(*) FILTER ({ok} AND {v} = 'true'), count(*) FILTER ({ok} AND {v} IN ('true', 'false'))"
+    if spec.kind == "items":  # completed rollouts' lists: an errored rollout has no items to count
+        ok, items = f"error IS NULL AND json_type({v}) = 'ARRAY'", f"json_extract({v}, '$[*]')"
+        trues = f"len(list_filter({items}, lambda x: x::VARCHAR = 'true'))"
+        booleans = f"len(list_filter({items}, lambda x: x::VARCHAR IN ('true', 'false')))"
+        return f"sum({trues}) FILTER ({ok}), sum({booleans}) FILTER ({ok})"
     if spec.kind == "mean":
         number = f"try_cast({v} AS DOUBLE)"
         return f"avg({number}) FILTER (error IS NULL), count({number}) FILTER (error IS NULL)"
@@ -75,6 +81,9 @@ def env_metrics(
                 n += errors.get(bench, 0)
                 rate = int(value or 0) / n
                 metrics.append({**base, "value": rate, "n": n, "ci": wilson(rate, n)})
+            elif spec.kind == "items":  # n counts items; the interval treats them as independent, as lm-eval does
+                share = int(value or 0) / n
+                metrics.append({**base, "value": share, "n": n, "ci": wilson(share, n)})
             else:
                 metrics.append({**base, "value": value, "n": n})
         out[bench] = metrics

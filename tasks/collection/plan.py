@@ -13,7 +13,7 @@ from core import store as store_paths
 from core.config import EvalConfig, SamplingConfig
 from core.logs import get_logger
 from core.store import Store
-from envs.base import Env, canonical_json
+from envs.base import Env, MultiTurnEnv, canonical_json
 from envs.datasets import load_rows, rows_hash
 from envs.registry import get_env
 from tasks.collection.cache import STALE, lookup
@@ -22,22 +22,39 @@ from tasks.collection.failures import is_outcome_error
 
 @dataclass
 class Benchmark:
-    name: str
+    name: str  # the config's key: its label, else the environment's name
     env: Env
     rows: list[dict[str, Any]]
     repeats: int
+    sampling: SamplingConfig | None = None  # the run's sampling with this benchmark's max_tokens
 
 
 def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:
     """Build every environment and load and validate every dataset row up front."""
     benchmarks = []
-    for bench in config.benchmarks:
+    for i, bench in enumerate(config.benchmarks):
         env = get_env(bench.name, **bench.options)
+        _check_tool_choice(config, i, env)
         source = bench.dataset or str(env.default_dataset_path())
         rows = load_rows(source, env, opener=lambda url: store.open(url, "rb"), limit=bench.limit)
-        get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.name, len(rows), bench.repeats, source)
-        benchmarks.append(Benchmark(bench.name, env, rows, bench.repeats))
+        get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.key, len(rows), bench.repeats, source)
+        sampling = config.sampling
+        if bench.max_tokens is not None:
+            sampling = sampling.model_copy(update={"max_tokens": bench.max_tokens})
+        benchmarks.append(Benchmark(bench.key, env, rows, bench.repeats, sampling))
     return benchmarks
+
+
+def _check_tool_choice(config: EvalConfig, index: int, env: Env) -> None:
+    """Tool calls left to the model (tool_choice auto) need the managed server's tool-call parser: without
+    one vLLM rejects every request, after minutes of model loading."""
+    if not isinstance(env, MultiTurnEnv) or not env.tools() or env.tool_choice() is not None:
+        return
+    if config.server.mode == "managed" and not config.server.tool_call_parser:
+        raise ValueError(
+            f"benchmarks.{index} ({env.name}): tool calls with tool_choice auto need a tool-call parser on the "
+            "server: set server.tool_call_parser (e.g. hermes), or options.tool_choice: required"
+        )
 
 
 def rollout_seed(base_seed: int, prompt_id: str, repeat: int) -> int:
@@ -55,6 +72,8 @@ class Batch:
     key: str
     rows: tuple[dict[str, Any], ...] = field(repr=False)
     repeats: tuple[int, ...]
+    # the sampling its requests use (part of `key`); None: the run's
+    sampling: SamplingConfig | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -124,7 +143,7 @@ def plan_batches(
     for index, start in enumerate(range(0, len(rows), per_batch)):
         chunk = rows[start : start + per_batch]
         key = batch_key(env, chunk, reps, model_fingerprint, sampling)
-        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps)))
+        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps), sampling))
     return batches
 
 
@@ -148,7 +167,7 @@ def plan(
     for bench in benchmarks:
         for batch in plan_batches(
             bench.name, bench.env, bench.rows, bench.repeats, config.collection.batch_size, model_fingerprint,
-            config.sampling,
+            bench.sampling or config.sampling,
         ):  # fmt: skip
             record = lookup(storage, batch.cache_key)
             hit = None if record is None or record is STALE else BatchResult.from_record(record)

@@ -100,12 +100,12 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
         await asyncio.sleep(min(20.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
-async def _chat(ctx: CollectContext, **kwargs: Any) -> tuple[Any, float]:
+async def _chat(ctx: CollectContext, sampling: SamplingConfig, **kwargs: Any) -> tuple[Any, float]:
     """One request (chat, or a text completion with `plain=True`) under the run's concurrency limit:
     (response, latency in seconds)."""
     async with ctx.requests().slot(request_priority.get()) as ticket:
         started = time.perf_counter()
-        response = await request_with_retries(ctx, model=ctx.endpoint.model, **kwargs, **ctx.sampling.as_request())
+        response = await request_with_retries(ctx, model=ctx.endpoint.model, **kwargs, **sampling.as_request())
         latency = time.perf_counter() - started
         ticket.tokens = response.usage.completion_tokens if response.usage else 0
     return response, latency
@@ -120,7 +120,8 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     """One rollout -> one scored record. A prompt that does not fit the context is recorded (the model's
     outcome); any other request failure raises RolloutFailed (see tasks.collection.failures)."""
     prompt_id = env.prompt_id(row)
-    seed = rollout_seed(ctx.sampling.seed, prompt_id, repeat)
+    sampling = batch.sampling or ctx.sampling  # the benchmark's own max_tokens, where it sets one
+    seed = rollout_seed(sampling.seed, prompt_id, repeat)
     record: dict[str, Any] = {
         "run_id": ctx.run_id,
         "benchmark": batch.benchmark,
@@ -131,7 +132,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         "seed": seed,
         "model": ctx.endpoint.model,
         "model_fingerprint": ctx.model_fingerprint,
-        "sampling": ctx.sampling.model_dump(mode="json"),
+        "sampling": sampling.model_dump(mode="json"),
         "reference": env.reference(row),
         "turns": 0,
         "tool_calls": 0,
@@ -140,7 +141,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         "info": {},
     }
     if isinstance(env, MultiTurnEnv):
-        return await _multi_turn(ctx, env, row, seed, record)
+        return await _multi_turn(ctx, env, row, seed, record, sampling)
     assert isinstance(env, SingleTurnEnv)
     prompt = env.prompt(row)
     if prompt is None:
@@ -153,7 +154,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         request = {"prompt": prompt, "plain": True}
     started = time.perf_counter()
     try:
-        response, latency = await _chat(ctx, **request, seed=seed, stop=env.stop())
+        response, latency = await _chat(ctx, sampling, **request, seed=seed, stop=env.stop())
     except openai.APIStatusError as exc:  # only "outcome" errors get here: recorded and counted, not retried
         record.update(error=_outcome_error(ctx, exc), latency_s=time.perf_counter() - started)
         return record
@@ -198,7 +199,12 @@ def _assistant_message(message: Any) -> dict[str, Any]:
 
 
 async def _multi_turn(
-    ctx: CollectContext, env: MultiTurnEnv, row: dict[str, Any], seed: int, record: dict[str, Any]
+    ctx: CollectContext,
+    env: MultiTurnEnv,
+    row: dict[str, Any],
+    seed: int,
+    record: dict[str, Any],
+    sampling: SamplingConfig,
 ) -> dict:
     """Play an episode: request, let the env step on the assistant turn, append its replies, repeat.
 
@@ -208,7 +214,7 @@ async def _multi_turn(
     episode = env.reset(row)
     messages = list(episode.messages)
     record["messages"] = list(episode.messages)
-    tools = env.tools()
+    tools, tool_choice = env.tools(), env.tool_choice()
     prompt_tokens = completion_tokens = 0
     latency = 0.0
     finish_reason = None
@@ -217,9 +223,11 @@ async def _multi_turn(
         kwargs: dict[str, Any] = {"messages": messages, "seed": (seed + turn) & 0x7FFFFFFF}
         if tools:
             kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         started = time.perf_counter()
         try:
-            response, took = await _chat(ctx, **kwargs)
+            response, took = await _chat(ctx, sampling, **kwargs)
         except openai.APIStatusError as exc:  # the conversation outgrew the context: the episode ends
             record["error"] = _outcome_error(ctx, exc)
             latency += time.perf_counter() - started

@@ -65,7 +65,7 @@ def uses_tools(bm: BenchmarkMetrics) -> bool:
 
 
 def format_env_value(metric: EnvMetric) -> str:
-    return fmt_rate(metric.value) if metric.kind == "rate" else fmt_num(metric.value)
+    return fmt_rate(metric.value) if metric.kind in ("rate", "items") else fmt_num(metric.value)
 
 
 def _is_headline(metric: EnvMetric) -> bool:
@@ -84,7 +84,9 @@ def headline_env_metrics(metrics: RunMetrics) -> list[EnvMetric]:
 
 def _columns(metrics: RunMetrics) -> list[tuple[str, str, Callable[[Any], str]]]:
     """The headline columns; an environment metric's column appears only when some benchmark declares it."""
-    extra = [(m.key, m.label, fmt_rate if m.kind == "rate" else fmt_num) for m in headline_env_metrics(metrics)]
+    extra = [
+        (m.key, m.label, fmt_rate if m.kind in ("rate", "items") else fmt_num) for m in headline_env_metrics(metrics)
+    ]
     at = next(i for i, (key, _, _) in enumerate(_COLUMNS) if key == ENV_COLUMNS_AFTER) + 1
     columns = [*_COLUMNS[:at], *extra, *_COLUMNS[at:]]
     return columns if has_majority_votes(metrics) else [c for c in columns if c[0] != "maj@n"]

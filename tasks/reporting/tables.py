@@ -125,9 +125,10 @@ def _env_sections(bm: BenchmarkMetrics) -> list[Section]:
     sections = []
     if values:
         rows = [
-            [m.label, format_env_value(m), fmt_interval(m.ci, rate=m.kind == "rate"), fmt_num(m.n), m.description]
+            [m.label, format_env_value(m), fmt_interval(m.ci, rate=m.kind in ("rate", "items")),
+             fmt_num(m.n) + (" items" if m.kind == "items" else ""), m.description]
             for m in values
-        ]
+        ]  # fmt: skip
         header = ["metric", "value", "95% CI", "rollouts", "about"]
         sections.append(Section(ENV_METRICS_TITLE, Table(header, rows)))
     for m in bm.env_metrics:

@@ -1,6 +1,6 @@
 """The server settings that change the samples, for the batch cache key: the same model sampled in
-float32 or bf16, quantized or not, or by another vLLM version gives other completions, so batches
-collected under one are never reused under another.
+float32 or bf16, quantized or not, with another chat template, or by another vLLM version gives other
+completions, so batches collected under one are never reused under another.
 
 Core binding, KV-cache size and the like change speed, not samples, and stay out of the key. An
 external server's settings are unknown here: its batches are keyed by the served name only.
@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from core.config import ServerConfig
+from core.config import ServerConfig, chat_template_path
 from tasks.runtime.venv import PACKAGES, resolve_flavor
 from tasks.serving.cpu_settings import choose
 
@@ -48,6 +48,9 @@ def sample_settings(cfg: ServerConfig) -> dict[str, Any]:
     flags = flag_values(cfg.extra_args)
     if "--dtype" in flags:  # extra args come last on the command line: vLLM takes them
         settings["dtype"] = flags.pop("--dtype")
+    if cfg.chat_template:  # the prompt text the model sees: keyed by the template's content, not its path
+        content = chat_template_path(cfg.chat_template).read_bytes()
+        settings["chat_template"] = hashlib.sha256(content).hexdigest()[:16]
     return {**settings, **{k.lstrip("-"): v for k, v in sorted(flags.items())}}
 
 

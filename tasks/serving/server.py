@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from core.config import ServerConfig
+from core.config import ServerConfig, chat_template_path
 from core.logs import get_logger
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.runtime.venv import Runtime
@@ -109,6 +109,8 @@ class VLLMServer:
             ]  # fmt: skip
         if self.cfg.tool_call_parser:  # e.g. hermes for Qwen3: the server turns tool-call text into tool_calls
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.cfg.tool_call_parser]
+        if self.cfg.chat_template:
+            cmd += ["--chat-template", str(chat_template_path(self.cfg.chat_template))]
         return cmd + list(self.cfg.extra_args)
 
     def environment(self) -> dict[str, str]:

@@ -69,7 +69,11 @@ def test_save_defaults_keeps_existing_blocks(prefect_home: Path, monkeypatch: py
     monkeypatch.delenv("EVALFLOW_STORE_URL", raising=False)
     save_defaults(overwrite=True)
     assert VLLMServerBlock.load("qwen3-4b-h100").settings.tool_call_parser == "hermes"
-    assert VLLMServerBlock.load("cpu-smoke").settings.extra_args == ["--enforce-eager"]
+    settings = VLLMServerBlock.load("cpu-smoke").settings
+    assert (settings.extra_args[0], settings.chat_template) == (
+        "--enforce-eager",
+        "configs/chat_templates/smollm2_tools.jinja",
+    )
     assert Path(RunStoreBlock.load("runs").url).is_absolute()
     edited = VLLMServerBlock.load("cpu-smoke")
     edited.settings.max_model_len = 1024

@@ -324,3 +324,19 @@ def test_generator_reproduces_the_shipped_file(tmp_path) -> None:
     out = tmp_path / "test.jsonl"
     module.write(module.generate(), out)
     assert out.read_bytes() == (REPO_ROOT / "data" / "tetris" / "test.jsonl").read_bytes()
+
+
+def test_tool_choice_options_shape_the_requests_and_the_cache_key() -> None:
+    default, forced = TetrisEnv(), TetrisEnv(tool_choice="required", strict_tools=True)
+    assert default.tool_choice() is None and "tool_choice" not in default.options  # sent as before: keys kept
+    assert default.tools()[0]["function"].get("strict") is None
+    assert forced.tool_choice() == "required" and forced.tools()[0]["function"]["strict"] is True
+    assert TetrisEnv(tool_choice="step").tool_choice() == {"type": "function", "function": {"name": "step"}}
+    assert len({default.fingerprint(), forced.fingerprint(), TetrisEnv(tool_choice="required").fingerprint()}) == 3
+    for bad, message in [
+        ({"tool_choice": "always"}, "tool_choice must be one of"),
+        ({"strict_tools": "yes"}, "strict_tools must be true or false"),
+        ({"mode": "text", "tool_choice": "required"}, "apply to mode 'tools' only"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            TetrisEnv(**bad)

@@ -34,7 +34,32 @@ def test_defaults_are_the_cpu_demo() -> None:
         (
             {"benchmarks": [{"name": "gsm8k"}, {"name": "gsm8k"}]},
             "benchmarks",
-            "each benchmark may appear once",
+            "'gsm8k' is already benchmarks.0; give each setting of an environment its own label",
+        ),
+        (
+            {"benchmarks": [{"name": "gsm8k"}, {"name": "gsm8k", "label": "again"}]},
+            "benchmarks",
+            "benchmarks.1 (again) is the same setting as benchmarks.0",
+        ),
+        (
+            {"benchmarks": [{"name": "gsm8k", "label": "math"}]},
+            "benchmarks",
+            "'math' names another environment",
+        ),
+        (
+            {"benchmarks": [{"name": "gsm8k", "label": "8 shot/x"}]},
+            "benchmarks.0.label",
+            "use letters, digits",
+        ),
+        (
+            {"benchmarks": [{"name": "gsm8k", "max_tokens": 0}]},
+            "benchmarks.0.max_tokens",
+            "greater than or equal to 1",
+        ),
+        (
+            {"server": {"chat_template": "configs/chat_templates/nope.jinja"}},
+            "server.chat_template",
+            "no such file 'configs/chat_templates/nope.jinja'",
         ),
     ],
 )

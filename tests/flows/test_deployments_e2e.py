@@ -162,7 +162,8 @@ def test_smoke_deployment_run_completes_with_report_and_artifacts(deployed: Depl
     metrics = json.loads((report.parent / "metrics.json").read_text())
     assert metrics["benchmarks"]["gsm8k"]["n_rollouts"] == 8
     assert metrics["run_info"]["deployment"] == "smoke"
-    assert metrics["run_info"]["config"]["server"]["extra_args"] == ["--enforce-eager"]  # from the cpu-smoke block
+    server = metrics["run_info"]["config"]["server"]  # from the cpu-smoke block
+    assert (server["extra_args"][0], server["tool_call_parser"]) == ("--enforce-eager", "hermes")
     assert (report.parent / "logs" / "vllm.log").is_file()  # a managed server was started and logged
 
     artifacts = deployed.artifacts(run_id_of(out.stdout))

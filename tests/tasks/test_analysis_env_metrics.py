@@ -153,3 +153,18 @@ def test_generic_analysis_names_no_benchmark_and_no_env_key() -> None:
     for path in sorted(ANALYSIS.glob("*.py")):
         words = set(_words_in(path.read_text())) - set(sys.stdlib_module_names)
         assert not words & env_words, f"{path.name} names {sorted(words & env_words)}"
+
+
+def test_items_are_a_micro_average_over_all_rollouts_items(make_rollout, metrics_of) -> None:
+    """lm-eval's instruction-level accuracy: true items over all items, not the mean of per-rollout shares."""
+    rows = [
+        make_rollout(prompt_id="a", info={"inst": [True, True, True, False]}),  # 3 of 4
+        make_rollout(prompt_id="b", info={"inst": [False]}),  # 0 of 1
+        make_rollout(prompt_id="c", info={"inst": [True, "true", 1, None]}),  # only booleans are items: 1 of 1
+        make_rollout(prompt_id="d", info={"inst": "true"}),  # not a list: no items
+        make_rollout(prompt_id="e", info={"inst": [True, True]}, error="boom"),  # an errored rollout has none
+    ]
+    bm = metrics_of(rows, {"gsm8k": [MetricSpec("inst", "inst level", "items")]})["benchmarks"]["gsm8k"]
+    inst = by_key(bm)["inst"]
+    assert (inst["value"], inst["n"]) == (pytest.approx(4 / 6), 6)  # the macro mean would be (0.75 + 0 + 1) / 3
+    assert (inst["ci"]["low"], inst["ci"]["high"]) == pytest.approx(wilson_interval(4 / 6, 6))
