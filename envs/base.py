@@ -69,6 +69,10 @@ class Env(ABC):
     # comparable final answer (a number, a formula); set False where answers cannot be voted on (game
     # moves, programs), and the analysis reports no maj@k for the benchmark.
     majority_vote: ClassVar[bool] = True
+    # lm-evaluation-harness's names for this benchmark's scores, for the report's lm-eval table: (lm-eval
+    # metric name, source), the source one of `metrics`' keys or "pass@1" (the unbiased estimate over the
+    # repeats; with greedy decoding and one repeat, the share of rollouts that succeed).
+    lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         """Keep the options (as given in the run config) so they can enter the fingerprint."""

@@ -83,6 +83,10 @@ class GSM8KEnv(SingleTurnEnv):
     name: ClassVar[str] = "gsm8k"
     version: ClassVar[str] = "2"  # 2: lm-eval exact-match scores; malformed numbers no longer equal
     default_dataset: ClassVar[str] = "data/gsm8k/test.jsonl"
+    lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = (
+        (LM_EVAL_STRICT, LM_EVAL_STRICT),
+        (LM_EVAL_FLEXIBLE, LM_EVAL_FLEXIBLE),
+    )
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec(
             LM_EVAL_STRICT,

@@ -30,9 +30,9 @@ from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import browser_url, slug
 from tasks.reporting.headline import Metrics, as_run_metrics, headline_records, headline_table
 from tasks.reporting.index import index_entry, update_index
-from tasks.reporting.parts import Link, Table
+from tasks.reporting.parts import Link, Section, Table
 from tasks.reporting.render import render_html, render_markdown
-from tasks.reporting.view import report_title, report_view
+from tasks.reporting.view import lm_eval_section, report_title, report_view
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class ArtifactView:
     title: str
     comparison: ComparisonView | None
     headline: Table
+    lm_eval: Section | None
     links: list[Link]
     metrics_url: str
     markdown_url: str
@@ -101,6 +102,7 @@ def artifact_markdown(
         title=report_title(run_info),
         comparison=comparison_view(comparison) if comparison else None,
         headline=headline_table(metrics),
+        lm_eval=lm_eval_section(as_run_metrics(metrics), run_info),
         links=links,
         metrics_url=urls["metrics"],
         markdown_url=urls["markdown"],

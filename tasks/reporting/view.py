@@ -20,6 +20,8 @@ from tasks.reporting.charts import benchmark_charts, headline_charts
 from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import slug
 from tasks.reporting.headline import headline_table
+from tasks.reporting.lm_eval import TITLE as LM_EVAL_TITLE
+from tasks.reporting.lm_eval import lm_eval_table
 from tasks.reporting.parts import Chart, Section, Table
 from tasks.reporting.tables import benchmark_sections, prompt_table, run_sections
 
@@ -45,6 +47,7 @@ class ReportView:
     status: str | None  # why the run is not complete (failed / rollouts missing); None when it is
     comparison: ComparisonView | None
     headline: Table
+    lm_eval: Section | None  # the scores under lm-eval's metric names, for benchmarks that declare them
     headline_charts: list[Chart]
     empty: bool  # no rollouts at all
     run: list[Section]
@@ -75,6 +78,11 @@ def config_json(run_info: Mapping[str, Any]) -> str:
     return json.dumps(secrets.redact(run_info.get("config") or {}), indent=2, sort_keys=True, default=str)
 
 
+def lm_eval_section(metrics: RunMetrics, run_info: Mapping[str, Any]) -> Section | None:
+    table = lm_eval_table(metrics, run_info)
+    return Section(LM_EVAL_TITLE, table) if table else None
+
+
 def report_view(
     metrics: RunMetrics,
     run_info: dict[str, Any],
@@ -100,6 +108,7 @@ def report_view(
         status=status_banner(run_info),
         comparison=comparison_view(comparison) if comparison else None,
         headline=headline_table(metrics),
+        lm_eval=lm_eval_section(metrics, run_info),
         headline_charts=headline_charts(metrics),
         empty=not metrics.benchmarks,
         run=run_sections(run_info),

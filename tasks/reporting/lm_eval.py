@@ -1,0 +1,78 @@
+"""The lm-eval table: every benchmark's scores under lm-evaluation-harness's metric names, one row per
+(setting, metric), as lm-eval prints them (a fraction with 4 decimals and its stderr).
+
+Which scores map to which lm-eval metric is each environment's declaration (envs.base.Env.lm_eval_metrics);
+a benchmark's environment comes from the run's provenance (a labelled setting such as gsm8k_8shot runs
+the gsm8k environment). The stderr is lm-eval's `mean_stderr` (sample standard deviation / sqrt(n), the
+rollouts taken as independent); instruction-level IFEval scores have none in lm-eval either ("N/A").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from core import schema
+from core.schema import RunMetrics
+from envs.registry import ENVS
+from tasks.reporting.parts import Table
+
+NA = "N/A"
+HEADER = ["benchmark", "setting", "lm-eval metric", "value", "stderr", "n"]
+TITLE = "lm-eval metrics"
+
+
+def benchmark_envs(run_info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per benchmark key, its provenance record (environment name, options, max_tokens); runs without one
+    (older runs) are keyed by their environment's name."""
+    records = ((run_info.get("provenance") or {}).get("benchmarks")) or []
+    return {r["benchmark"]: r for r in records if isinstance(r, dict) and "benchmark" in r}
+
+
+def _setting(record: Mapping[str, Any]) -> str:
+    """The options that tell one setting from another: shots, prompt mode, the generation limit."""
+    options = record.get("options") or {}
+    parts = [f"{options['fewshot']}-shot"] if "fewshot" in options else []
+    parts += [f"{k}={v}" for k, v in sorted(options.items()) if k not in ("fewshot", "system_prompt") and v is not None]
+    if record.get("max_tokens"):
+        parts.append(f"max_tokens={record['max_tokens']}")
+    return ", ".join(parts) or "defaults"
+
+
+def _mean_stderr(p: float, n: int) -> float | None:
+    """lm-eval's mean_stderr of a 0/1 score: sqrt(p (1 - p) / (n - 1))."""
+    return math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None
+
+
+def _score(bm: schema.BenchmarkMetrics, source: str) -> tuple[float | None, float | str | None, int]:
+    """(value, stderr or N/A, n) of one declared source."""
+    if source == "pass@1":
+        return bm.pass_at_k.get("1", bm.accuracy), bm.accuracy_stderr, bm.n_rollouts
+    metric = next((m for m in bm.env_metrics if m.key == source), None)
+    if metric is None or metric.value is None:
+        return None, None, 0
+    if metric.kind == "items":
+        return metric.value, NA, metric.n
+    return metric.value, _mean_stderr(metric.value, metric.n), metric.n
+
+
+def _fmt(value: float | str | None) -> str:
+    if value is None:
+        return "–"
+    return value if isinstance(value, str) else f"{value:.4f}"
+
+
+def lm_eval_table(metrics: RunMetrics, run_info: Mapping[str, Any]) -> Table | None:
+    """The table, or None when no benchmark of the run declares lm-eval metrics (Tetris, say)."""
+    records = benchmark_envs(run_info)
+    rows = []
+    for key, bm in metrics.benchmarks.items():
+        record = records.get(key, {"env": key})
+        env = ENVS.get(record.get("env") or key)
+        for name, source in env.lm_eval_metrics if env else ():
+            value, stderr, n = _score(bm, source)
+            rows.append([key, _setting(record), name, _fmt(value), _fmt(stderr), f"{n:,}"])
+    if not rows:
+        return None
+    return Table(HEADER, rows, "lm-evaluation-harness's metric names and definitions; see README, Baselines")
