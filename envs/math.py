@@ -1,14 +1,32 @@
-"""MATH-style competition problems: the answer is the last `\\boxed{}` of the completion, checked with math-verify."""
+"""MATH-style competition problems: math-verify equivalence of the last `\\boxed{}`, and lm-eval's minerva exact match.
+
+Chat prompts with optional few-shot turns, or lm-eval's minerva_math plain-completion prompt (`mode: completion`).
+"""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, ClassVar
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
-from envs.base import DatasetError, MetricSpec, Score, SingleTurnEnv
+from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
 from envs.extract import answers_equal, last_boxed
+from envs.math_minerva import minerva_answer, minerva_exact_match
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
+FEWSHOT_PATH = REPO_ROOT / "data" / "math" / "fewshot.jsonl"
+# Plain-completion mode renders lm-evaluation-harness's minerva_math task: `doc_to_text`
+# "Problem:\n{problem}\n\nSolution:", each few-shot example followed by " " + its solution (the default
+# target delimiter), examples joined by "\n\n"; generation stops at the next "Problem:" or an end-of-sequence
+# string.
+COMPLETION_PROBLEM = "Problem:\n{problem}\n\nSolution:"
+COMPLETION_TARGET_DELIMITER = " "
+COMPLETION_FEWSHOT_DELIMITER = "\n\n"
+COMPLETION_STOP = ["Problem:", "</s>", "<|im_end|>"]
+MODES = ("chat", "completion")
+EXACT_MATCH = "exact_match"
 
 
 def _reference_of(row: dict[str, Any]) -> str | None:
@@ -27,35 +45,91 @@ def math_equal(pred: str | None, ref: str) -> bool:
     return pred is not None and answers_equal(pred, ref)
 
 
+def check_row(row: dict[str, Any], where: str) -> None:
+    """Row checks, also applied to the shipped few-shot file."""
+    if "id" in row and (not isinstance(row["id"], str) or not row["id"].strip()):
+        raise DatasetError(f"{where}: 'id' must be a non-empty string, got {row['id']!r}")
+    problem = row.get("problem")
+    if not isinstance(problem, str) or not problem.strip():
+        raise DatasetError(f"{where}: missing or empty 'problem' (a non-empty string)")
+    if "answer" not in row and "solution" not in row:
+        raise DatasetError(f"{where}: missing 'answer' (or an original MATH 'solution' with a \\boxed{{}} answer)")
+    if _reference_of(row) is None:
+        raise DatasetError(
+            f"{where}: no reference answer: 'answer' must be a non-empty string or a number, or "
+            f"'solution' must contain a \\boxed{{}} answer"
+        )
+
+
+@cache
+def _load_fewshot(path: Path) -> tuple[dict[str, Any], ...]:
+    """The shipped worked examples (problem + solution), read once per process."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                row = json.loads(line)
+                check_row(row, f"{path}:{lineno}")
+                rows.append(row)
+    return tuple(rows)
+
+
 class MathEnv(SingleTurnEnv):
-    """Rows: `{"id", "problem", "answer"}`, or original MATH rows (`problem`, `solution`, no id)."""
+    """Rows: `{"id", "problem", "answer"}`, or original MATH rows (`problem`, `solution`, no id).
+
+    Options: `fewshot` (0-4 of the Minerva examples lm-eval's minerva_math uses, each solution ending "Final
+    Answer: The final answer is $X$. I hope it is correct."), `system_prompt`, and `mode`: "chat" (default;
+    the examples as user/assistant turns, each user turn asking for a `\\boxed{}` answer) or "completion"
+    (lm-eval's plain "Problem:\\n...\\n\\nSolution:" prompt for the completions API, for base models).
+
+    Scores: the reward is math-verify equivalence of the last `\\boxed{}` with the reference. `exact_match`
+    is lm-eval minerva_math's: the answer after "Final Answer: The final answer is", normalized by Minerva's
+    `normalize_final_answer`, against the reference normalized the same way. Two differences from lm-eval:
+    the strings are compared as they are, where lm-eval parses both with sympy's `parse_latex` and checks
+    that the difference simplifies to 0 (so `\\frac{1}{2}` vs `0.5` counts there, not here; and identical
+    strings sympy cannot parse, such as `[2,5)`, count here, not there); and a completion with no Final
+    Answer line is scored on its last `\\boxed{}` (lm-eval scores it wrong).
+    """
 
     name: ClassVar[str] = "math"
-    version: ClassVar[str] = "2"  # 2: malformed numbers (12..34) no longer equal a number
+    version: ClassVar[str] = "3"  # 3: few-shot and completion modes, lm-eval minerva exact_match
     default_dataset: ClassVar[str] = "data/math/test.jsonl"
+    # lm-eval results key (metric,filter): minerva_math has no filter.
+    # minerva_math's two scores: its exact match, and math-verify equivalence (here of the last \\boxed{} or
+    # final-answer line, which is this env's reward; lm-eval's math_verify parses the whole response)
+    lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("exact_match,none", EXACT_MATCH),
+        ("math_verify,none", "pass@1"),
+    )
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
+        MetricSpec(
+            EXACT_MATCH,
+            "exact_match (lm-eval minerva)",
+            "rate",
+            headline=True,
+            description="lm-evaluation-harness minerva_math exact_match: the answer after 'The final answer is' "
+            "(else the last \\boxed{}), Minerva-normalized, equals the normalized reference as a string",
+        ),
         MetricSpec("parse_error", "no answer", "rate", description="the completion has no \\boxed{} answer"),
     )
 
-    def __init__(self, system_prompt: str | None = None) -> None:
-        super().__init__(system_prompt=system_prompt)
+    def __init__(
+        self, fewshot: int = 0, system_prompt: str | None = None, mode: Literal["chat", "completion"] = "chat"
+    ) -> None:
+        super().__init__(fewshot=fewshot, system_prompt=system_prompt, mode=mode)
+        if mode not in MODES:
+            raise ValueError(f"math: mode must be one of {', '.join(MODES)}, got {mode!r}")
+        available = _load_fewshot(FEWSHOT_PATH)
+        if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
+            raise ValueError(f"math: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ValueError(f"math: system_prompt must be a string or None, got {system_prompt!r}")
+        self.fewshot_rows = available[:fewshot]
         self.system_prompt = system_prompt
+        self.mode = mode
 
     def validate_row(self, row: dict[str, Any], where: str) -> None:
-        if "id" in row and (not isinstance(row["id"], str) or not row["id"].strip()):
-            raise DatasetError(f"{where}: 'id' must be a non-empty string, got {row['id']!r}")
-        problem = row.get("problem")
-        if not isinstance(problem, str) or not problem.strip():
-            raise DatasetError(f"{where}: missing or empty 'problem' (a non-empty string)")
-        if "answer" not in row and "solution" not in row:
-            raise DatasetError(f"{where}: missing 'answer' (or an original MATH 'solution' with a \\boxed{{}} answer)")
-        if _reference_of(row) is None:
-            raise DatasetError(
-                f"{where}: no reference answer: 'answer' must be a non-empty string or a number, or "
-                f"'solution' must contain a \\boxed{{}} answer"
-            )
+        check_row(row, where)
 
     def prompt_id(self, row: dict[str, Any]) -> str:
         if "id" in row:
@@ -70,17 +144,59 @@ class MathEnv(SingleTurnEnv):
         return ref
 
     def prompt_templates(self) -> dict[str, Any]:
-        return {"instruction": INSTRUCTION, "system_prompt": self.system_prompt}
+        fewshot = [[ex["problem"], ex["solution"]] for ex in self.fewshot_rows]
+        if self.mode == "completion":
+            return {
+                "mode": "completion",
+                "problem": COMPLETION_PROBLEM,
+                "target_delimiter": COMPLETION_TARGET_DELIMITER,
+                "fewshot_delimiter": COMPLETION_FEWSHOT_DELIMITER,
+                "fewshot": fewshot,
+                "system_prompt": self.system_prompt,
+            }
+        return {"instruction": INSTRUCTION, "system_prompt": self.system_prompt, "fewshot": fewshot}
+
+    @staticmethod
+    def _user_turn(problem: str) -> str:
+        return f"{problem.strip()}\n\n{INSTRUCTION}"
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        if self.mode == "completion":
+            raise ValueError("math: mode 'completion' sends a plain-text prompt (see prompt()), not chat messages")
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*msgs, {"role": "user", "content": f"{row['problem'].strip()}\n\n{INSTRUCTION}"}]
+        for ex in self.fewshot_rows:
+            msgs.append({"role": "user", "content": self._user_turn(ex["problem"])})
+            msgs.append({"role": "assistant", "content": ex["solution"]})
+        return [*msgs, {"role": "user", "content": self._user_turn(row["problem"])}]
+
+    def prompt(self, row: dict[str, Any]) -> str | None:
+        """lm-eval's minerva_math prompt in completion mode (a system prompt, if any, first); else None."""
+        if self.mode != "completion":
+            return None
+        # lm-eval inserts the problem and solution text as they are (no stripping), so the examples do too.
+        blocks = [
+            COMPLETION_PROBLEM.format(problem=ex["problem"]) + COMPLETION_TARGET_DELIMITER + ex["solution"]
+            for ex in self.fewshot_rows
+        ]
+        blocks.append(COMPLETION_PROBLEM.format(problem=row["problem"]))
+        if self.system_prompt:
+            blocks.insert(0, self.system_prompt.strip())
+        return COMPLETION_FEWSHOT_DELIMITER.join(blocks)
 
     def stop(self) -> list[str] | None:
-        return None
+        return list(COMPLETION_STOP) if self.mode == "completion" else None
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
+        ref = self.reference(row)
         boxed = last_boxed(completion)
-        success = math_equal(boxed, self.reference(row))
-        info = {"boxed_answer": boxed, "parse_error": boxed is None}
-        return Score(reward=1.0 if success else 0.0, success=success, parsed_answer=boxed, info=info)
+        minerva = minerva_answer(completion)
+        # the last \boxed{}, else the few-shot format's "The final answer is $X$" line
+        answer = boxed if boxed is not None else minerva
+        success = math_equal(answer, ref)
+        info = {
+            EXACT_MATCH: minerva_exact_match(minerva, ref),
+            "minerva_answer": minerva,
+            "boxed_answer": boxed,
+            "parse_error": answer is None,
+        }
+        return Score(reward=1.0 if success else 0.0, success=success, parsed_answer=answer, info=info)

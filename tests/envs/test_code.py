@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from envs import sandbox
-from envs.base import DatasetError, Score
+from envs.base import REPO_ROOT, DatasetError, Score
 from envs.code import MAX_PARSED_CHARS, HumanEvalEnv, MBPPEnv, defines, extract_code
 from envs.datasets import load_rows
 
@@ -86,7 +86,7 @@ def test_system_prompt_and_options() -> None:
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert MBPPEnv().fingerprint() != MBPPEnv(timeout_s=10).fingerprint()
     with pytest.raises(ValueError, match="mode must be one of"):
-        MBPPEnv(mode="completion")
+        MBPPEnv(mode="base")
     with pytest.raises(ValueError, match="timeout_s"):
         HumanEvalEnv(timeout_s=0)
 
@@ -223,7 +223,7 @@ def test_humaneval_scoring(completion: str, success: bool) -> None:
 def test_offline_sets_load() -> None:
     mbpp, he = MBPPEnv(), HumanEvalEnv()
     mbpp_rows = load_rows(str(mbpp.default_dataset_path()), mbpp)
-    he_rows = load_rows(str(he.default_dataset_path()), he)
+    he_rows = load_rows(str(REPO_ROOT / he.default_dataset), he)  # the shipped set, not the package's
     assert len(mbpp_rows) >= 30 and len(he_rows) >= 10
     assert all(len(row["test_list"]) == 3 for row in mbpp_rows)
 
@@ -250,7 +250,7 @@ def test_every_mbpp_reference_passes_and_a_wrong_solution_fails() -> None:
 @needs_sandbox
 def test_every_humaneval_reference_passes_and_a_wrong_solution_fails() -> None:
     env = HumanEvalEnv()
-    rows = load_rows(str(env.default_dataset_path()), env)
+    rows = load_rows(str(REPO_ROOT / env.default_dataset), env)
     bodies = asyncio.run(_score_all(env, rows, [row["canonical_solution"] for row in rows]))
     assert [row["task_id"] for row, s in zip(rows, bodies, strict=True) if not s.success] == []
     whole = [f"```python\n{row['prompt']}{row['canonical_solution']}```" for row in rows]

@@ -36,7 +36,12 @@ def test_score(completion: str, success: bool, boxed: str | None) -> None:
     score = MathEnv().score(ROW, completion)
     assert (score.success, score.reward) == (success, 1.0 if success else 0.0)
     assert score.parsed_answer == boxed
-    assert score.info == {"boxed_answer": boxed, "parse_error": boxed is None}
+    assert score.info == {
+        "exact_match": success and boxed == ROW["answer"],
+        "minerva_answer": boxed,
+        "boxed_answer": boxed,
+        "parse_error": boxed is None,
+    }
 
 
 def test_nested_braces_in_the_box() -> None:
@@ -111,5 +116,7 @@ def test_shipped_set() -> None:
     assert [env.prompt_id(r) for r in rows] == [f"math-{i:04d}" for i in range(1, 51)]
     for row in rows:
         ref = env.reference(row)
-        assert env.score(row, f"Working... so the answer is $\\boxed{{{ref}}}$.").success, row
-        assert not env.score(row, "\\boxed{123456789}").success, row
+        right = env.score(row, f"Working... so the answer is $\\boxed{{{ref}}}$.")
+        assert right.success and right.info["exact_match"], row
+        wrong = env.score(row, "\\boxed{123456789}")
+        assert not wrong.success and not wrong.info["exact_match"], row
