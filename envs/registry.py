@@ -9,10 +9,13 @@ from typing import Any
 from envs.base import Env, MetricSpec
 from envs.code import HumanEvalEnv, MBPPEnv
 from envs.gsm8k import GSM8KEnv
+from envs.ifeval import IFEvalEnv
 from envs.math import MathEnv
 from envs.tetris import TetrisEnv
 
-ENVS: dict[str, type[Env]] = {cls.name: cls for cls in (GSM8KEnv, MathEnv, MBPPEnv, HumanEvalEnv, TetrisEnv)}
+ENVS: dict[str, type[Env]] = {
+    cls.name: cls for cls in (GSM8KEnv, MathEnv, MBPPEnv, HumanEvalEnv, IFEvalEnv, TetrisEnv)
+}
 
 
 def get_env(name: str, **options: Any) -> Env:

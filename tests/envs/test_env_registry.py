@@ -60,7 +60,7 @@ def _info_of(name: str) -> dict[str, Any]:
     return (asyncio.run(ascore(row, completion)) if ascore else env.score(row, completion)).info
 
 
-KIND_TYPES: dict[str, tuple[type, ...]] = {"rate": (bool,), "mean": (int, float), "counts": (str,)}
+KIND_TYPES: dict[str, tuple[type, ...]] = {"rate": (bool,), "mean": (int, float), "counts": (str,), "items": (list,)}
 
 
 @pytest.mark.parametrize("name", sorted(ENVS))
