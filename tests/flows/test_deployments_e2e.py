@@ -113,7 +113,7 @@ def run_id_of(output: str) -> str:
 def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: Deployed) -> None:
     from blocks import RunStoreBlock, VLLMServerBlock
 
-    names = {"eval/smoke", "eval/qwen3-4b", "eval/nightly-baseline", "sweep/temperature"}
+    names = {"eval/smoke", "eval/qwen3-4b", "eval/nightly-baseline", "eval/baselines", "sweep/temperature"}
     found = {name: deployed.deployment(name) for name in names}
     qwen = found["eval/qwen3-4b"].parameters["config"]
     assert qwen["model"]["source"] == "Qwen/Qwen3-4B" and qwen["server"] == {"block": "qwen3-4b-h100"}
@@ -122,6 +122,10 @@ def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: De
     assert qwen["collection"] == {"batch_size": 64}  # concurrency found while collecting
     assert found["eval/qwen3-4b"].work_pool_name == "evalflow-gpu"
     assert found["eval/smoke"].work_pool_name == "evalflow-cpu"
+    baselines = found["eval/baselines"].parameters["config"]
+    assert [b.get("label", b["name"]) for b in baselines["benchmarks"]] == [
+        "gsm8k_0shot", "gsm8k_4shot", "gsm8k_8shot", "math_4shot", "ifeval", "mbpp_3shot", "humaneval",
+    ]  # fmt: skip
     (nightly,) = found["eval/nightly-baseline"].schedules
     assert (nightly.schedule.cron, nightly.schedule.timezone, nightly.active) == ("0 2 * * *", "UTC", True)
 
