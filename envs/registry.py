@@ -13,9 +13,7 @@ from envs.ifeval import IFEvalEnv
 from envs.math import MathEnv
 from envs.tetris import TetrisEnv
 
-ENVS: dict[str, type[Env]] = {
-    cls.name: cls for cls in (GSM8KEnv, MathEnv, MBPPEnv, HumanEvalEnv, IFEvalEnv, TetrisEnv)
-}
+ENVS: dict[str, type[Env]] = {cls.name: cls for cls in (GSM8KEnv, MathEnv, MBPPEnv, HumanEvalEnv, IFEvalEnv, TetrisEnv)}
 
 
 def get_env(name: str, **options: Any) -> Env:
