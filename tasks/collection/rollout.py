@@ -26,6 +26,8 @@ from tasks.collection.plan import Batch, rollout_seed
 from tasks.collection.progress import PROGRESS_INTERVAL_S, Progress
 from tasks.serving.server import Endpoint
 
+MAX_STOPS = 4  # stop sequences a request may carry (OpenAI's limit, which vLLM enforces)
+
 
 @dataclass
 class CollectContext:
@@ -100,6 +102,12 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
         await asyncio.sleep(min(20.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
+def cut_at_stops(text: str, stops: list[str]) -> str:
+    """The text up to the first of `stops` (the server's own stop handling: the stop string is dropped)."""
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=len(text))
+    return text[:cut]
+
+
 async def _chat(ctx: CollectContext, sampling: SamplingConfig, **kwargs: Any) -> tuple[Any, float]:
     """One request (chat, or a text completion with `plain=True`) under the run's concurrency limit:
     (response, latency in seconds)."""
@@ -154,12 +162,16 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         request = {"prompt": prompt, "plain": True}
     started = time.perf_counter()
     try:
-        response, latency = await _chat(ctx, sampling, **request, seed=seed, stop=env.stop())
+        stops = env.stop() or []
+        # the OpenAI API (and vLLM) take at most MAX_STOPS stop sequences: the rest are cut here
+        response, latency = await _chat(ctx, sampling, **request, seed=seed, stop=stops[:MAX_STOPS] or None)
     except openai.APIStatusError as exc:  # only "outcome" errors get here: recorded and counted, not retried
         record.update(error=_outcome_error(ctx, exc), latency_s=time.perf_counter() - started)
         return record
     choice = response.choices[0]
-    completion = (choice.message.content if prompt is None else choice.text) or ""
+    raw = (choice.message.content if prompt is None else choice.text) or ""
+    completion = cut_at_stops(raw, stops[MAX_STOPS:])
+    finish_reason = "stop" if len(completion) < len(raw) else choice.finish_reason
     ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)
     score = await ascore(row, completion) if ascore else env.score(row, completion)
     usage = response.usage
@@ -172,7 +184,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         score,
         completion=completion,
         transcript=transcript,
-        finish_reason=choice.finish_reason,
+        finish_reason=finish_reason,
         prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,
         turns=1,

@@ -83,3 +83,14 @@ def test_auto_tool_choice_needs_a_parser_on_the_managed_server(
             load_benchmarks(config, Store(str(tmp_path / "store")))
     else:
         assert len(load_benchmarks(config, Store(str(tmp_path / "store")))) == 2
+
+
+def test_stops_beyond_the_apis_four_are_cut_client_side() -> None:
+    from tasks.collection.rollout import MAX_STOPS, cut_at_stops
+
+    stops = ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]  # lm-eval's HumanEval stops: one more than the API takes
+    assert MAX_STOPS == 4
+    body = "    return a + b\n"
+    assert cut_at_stops(body + "\nprint(add(1, 2))\nmore", stops[MAX_STOPS:]) == body
+    assert cut_at_stops(body + "\nprint(1)\n\nprint(2)", ["\nprint", "\nprint(2)"]) == body  # the first one wins
+    assert cut_at_stops(body, stops[MAX_STOPS:]) == body and cut_at_stops(body, []) == body
