@@ -21,8 +21,9 @@ from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import slug
 from tasks.reporting.headline import headline_table
 from tasks.reporting.lm_eval import TITLE as LM_EVAL_TITLE
-from tasks.reporting.lm_eval import lm_eval_table
+from tasks.reporting.lm_eval import benchmark_envs, lm_eval_table
 from tasks.reporting.parts import Chart, Section, Table
+from tasks.reporting.reference import tetris_reference_section
 from tasks.reporting.tables import benchmark_sections, prompt_table, run_sections
 
 MAX_PROMPT_ROWS = 50  # per-prompt rows per benchmark in the markdown (all are in metrics.json)
@@ -91,12 +92,16 @@ def report_view(
 ) -> ReportView:
     """The report of one run; `rollouts` (browser rows, see browser.load_rollouts) fills the browsers."""
     benchmarks = []
+    envs = {key: record.get("env") for key, record in benchmark_envs(run_info).items()}
     for name, bm in metrics.benchmarks.items():
+        sections = benchmark_sections(bm)
+        if envs.get(name, name) == "tetris":  # beside the published Qwen3-4B profile, after the summary
+            sections.insert(1, tetris_reference_section(bm))
         benchmarks.append(
             BenchmarkView(
                 name=name,
                 anchor=slug(name),
-                sections=benchmark_sections(bm),
+                sections=sections,
                 prompts=Section(PROMPTS_TITLE, prompt_table(bm, MAX_PROMPT_ROWS_HTML)),
                 prompts_short=Section(PROMPTS_TITLE, prompt_table(bm, MAX_PROMPT_ROWS)),
                 charts=benchmark_charts(name, bm),

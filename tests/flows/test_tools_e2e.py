@@ -90,7 +90,7 @@ def test_tetris_plays_through_server_parsed_tool_calls(endpoint: Endpoint, prefe
     tetris = result["metrics"]["benchmarks"]["tetris"]
     assert tetris["tool_calls"]["mean"] == pytest.approx(sum(r["tool_calls"] for r in records) / 8)
     report = (Path(result["run_dir"]) / "report.md").read_text()
-    assert "Tool calls" in report and "reference" in report.lower()
+    assert "Tool calls" in report and "Reference: Qwen3-4B (GRL Tetris)" in report
 
 
 def test_auto_tool_choice_and_turns_without_a_call(endpoint: Endpoint, prefect_home: Path, tmp_path: Path) -> None:
