@@ -50,6 +50,20 @@ class MetricSpec:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class ReferenceProfile:
+    """Published figures of a reference run, shown beside a run's own in its report, one row per figure.
+
+    `figures` keys: prompts, repeats, rollouts, successes, success_rate, reward_mean, reward_median,
+    reward_std, reward_min, reward_max, reward_mode, reward_mode_share, tool_calls_mean, tool_calls_min,
+    tool_calls_max, tool_calls_reward_corr; None (or absent): not published.
+    """
+
+    title: str
+    source: str
+    figures: dict[str, Any]
+
+
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys and no whitespace, so equal content always hashes the same."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -73,6 +87,8 @@ class Env(ABC):
     # metric name, source), the source one of `metrics`' keys or "pass@1" (the unbiased estimate over the
     # repeats; with greedy decoding and one repeat, the share of rollouts that succeed).
     lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # A published run to compare with in the report (e.g. the Qwen3-4B profile of the GRL Tetris eval).
+    reference_profile: ClassVar[ReferenceProfile | None] = None
 
     def __init__(self, **options: Any) -> None:
         """Keep the options (as given in the run config) so they can enter the fingerprint."""

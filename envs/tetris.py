@@ -24,8 +24,9 @@ import json
 import re
 from typing import Any, ClassVar
 
-from envs.base import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Turn
+from envs.base import DatasetError, Episode, MetricSpec, MultiTurnEnv, ReferenceProfile, Score, Turn
 from envs.tetris_game import ACTIONS, PIECE_SETS, Game
+from envs.tetris_reference import QWEN3_4B
 
 MODES = ("tools", "text")
 TOOL_CHOICES = ("auto", "required", "step")
@@ -333,6 +334,7 @@ class TetrisEnv(MultiTurnEnv):
     default_dataset: ClassVar[str] = "data/tetris/test.jsonl"
     # moves are not a final answer: the reference is empty, and a vote over move lists means nothing
     majority_vote: ClassVar[bool] = False
+    reference_profile: ClassVar[ReferenceProfile | None] = QWEN3_4B
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec(
             "end_reason",

@@ -1,16 +1,15 @@
-"""A Tetris run beside the published Qwen3-4B reference profile (envs/tetris_reference.py), one statistic
-per row, so a Qwen3-4B run can be checked against the published figures line by line."""
+"""A run beside a published reference profile (envs.base.ReferenceProfile, declared by its environment),
+one statistic per row, so it can be checked against the published figures line by line."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from core.schema import BenchmarkMetrics
-from envs.tetris_reference import QWEN3_4B, SOURCE
+from envs.base import ReferenceProfile
 from tasks.reporting.format import fmt_num, fmt_rate
 from tasks.reporting.parts import Section, Table
 
-TITLE = "Reference: Qwen3-4B (GRL Tetris)"
 NONE = "–"
 
 
@@ -28,25 +27,34 @@ def _range(low: Any, high: Any) -> str:
     return NONE if low is None or high is None else f"{low} to {high}"
 
 
-def tetris_reference_section(bm: BenchmarkMetrics) -> Section:
-    """This run's figures and the reference's, for every statistic the reference publishes."""
-    ref, r, tools = QWEN3_4B, bm.reward, bm.tool_calls
-    mode = NONE if r.mode is None else f"{fmt_num(r.mode, 2)} ({fmt_rate(r.mode_share)} of rollouts)"
+def _mode(value: float | None, share: float | None) -> str:
+    return NONE if value is None else f"{fmt_num(value, 2)} ({fmt_rate(share)} of rollouts)"
+
+
+def title(profile: ReferenceProfile) -> str:
+    return f"Reference: {profile.title}"
+
+
+def reference_section(bm: BenchmarkMetrics, profile: ReferenceProfile) -> Section:
+    """This run's figures and the reference's, for every statistic the profile can publish."""
+    f, r, tools = profile.figures, bm.reward, bm.tool_calls
     rows = [
-        ["games x rollouts", f"{bm.n_prompts:,} x {bm.repeats['max']}", f"{ref['prompts']} x 16"],
+        ["prompts x repeats", f"{bm.n_prompts:,} x {bm.repeats['max']}",
+         f"{_num(f.get('prompts'), 0)} x {_num(f.get('repeats'), 0)}"],
         ["success rate", _rate(bm.accuracy, bm.successes, bm.n_rollouts),
-         _rate(ref["success_rate"], ref["successes"], ref["rollouts"])],
-        ["mean reward", _num(r.mean), _num(ref["reward_mean"])],
-        ["median reward", _num(r.median), _num(ref["reward_median"])],
-        ["reward std", _num(r.std), _num(ref["reward_std"])],
-        ["min, max reward", f"{_num(r.min)}, {_num(r.max)}", f"{_num(ref['reward_min'])}, {_num(ref['reward_max'])}"],
-        ["most common reward", mode, f"{_num(ref['reward_mode'])} ({fmt_rate(ref['reward_mode_share'])} of rollouts)"],
-        ["tool calls per rollout", _num(tools.mean), _num(ref["tool_calls_mean"])],
-        ["tool calls range", _range(tools.min, tools.max), _range(ref["tool_calls_min"], ref["tool_calls_max"])],
-        ["Pearson r (tool calls, reward)", _num(tools.reward_corr, 3), _num(ref["tool_calls_reward_corr"], 3)],
+         _rate(f.get("success_rate"), f.get("successes"), f.get("rollouts"))],
+        ["mean reward", _num(r.mean), _num(f.get("reward_mean"))],
+        ["median reward", _num(r.median), _num(f.get("reward_median"))],
+        ["reward std", _num(r.std), _num(f.get("reward_std"))],
+        ["min, max reward", f"{_num(r.min)}, {_num(r.max)}",
+         f"{_num(f.get('reward_min'))}, {_num(f.get('reward_max'))}"],
+        ["most common reward", _mode(r.mode, r.mode_share), _mode(f.get("reward_mode"), f.get("reward_mode_share"))],
+        ["tool calls per rollout", _num(tools.mean), _num(f.get("tool_calls_mean"))],
+        ["tool calls range", _range(tools.min, tools.max), _range(f.get("tool_calls_min"), f.get("tool_calls_max"))],
+        ["Pearson r (tool calls, reward)", _num(tools.reward_corr, 3), _num(f.get("tool_calls_reward_corr"), 3)],
     ]  # fmt: skip
     note = (
-        f"{SOURCE}. The reward histogram, the mean reward by tool-call count and per-prompt success are in the "
-        "sections above (the reference publishes them as charts only)."
+        f"{profile.source}. The reward histogram, the mean reward by tool-call count and per-prompt success are "
+        "in the sections above; –: not published."
     )
-    return Section(TITLE, Table(["statistic", "this run", "reference"], rows, note))
+    return Section(title(profile), Table(["statistic", "this run", "reference"], rows, note))

@@ -15,6 +15,7 @@ import polars as pl
 
 from core import secrets
 from core.schema import RunMetrics
+from envs.registry import ENVS
 from tasks.reporting.browser import BrowserView, browser_view
 from tasks.reporting.charts import benchmark_charts, headline_charts
 from tasks.reporting.comparison import ComparisonView, comparison_view
@@ -23,7 +24,7 @@ from tasks.reporting.headline import headline_table
 from tasks.reporting.lm_eval import TITLE as LM_EVAL_TITLE
 from tasks.reporting.lm_eval import benchmark_envs, lm_eval_table
 from tasks.reporting.parts import Chart, Section, Table
-from tasks.reporting.reference import tetris_reference_section
+from tasks.reporting.reference import reference_section
 from tasks.reporting.tables import benchmark_sections, prompt_table, run_sections
 
 MAX_PROMPT_ROWS = 50  # per-prompt rows per benchmark in the markdown (all are in metrics.json)
@@ -95,8 +96,9 @@ def report_view(
     envs = {key: record.get("env") for key, record in benchmark_envs(run_info).items()}
     for name, bm in metrics.benchmarks.items():
         sections = benchmark_sections(bm)
-        if envs.get(name, name) == "tetris":  # beside the published Qwen3-4B profile, after the summary
-            sections.insert(1, tetris_reference_section(bm))
+        env = ENVS.get(envs.get(name) or name)
+        if env is not None and env.reference_profile is not None:  # the published run, after the summary
+            sections.insert(1, reference_section(bm, env.reference_profile))
         benchmarks.append(
             BenchmarkView(
                 name=name,

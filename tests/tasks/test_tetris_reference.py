@@ -9,8 +9,10 @@ from core.schema import RunMetrics
 from core.store import Store
 from envs.registry import ENVS
 from envs.tetris_reference import QWEN3_4B
-from tasks.reporting.reference import TITLE, tetris_reference_section
+from tasks.reporting.reference import reference_section, title
 from tasks.reporting.report import write_report
+
+TITLE = title(QWEN3_4B)
 
 # (prompt, reward, tool calls, success): 2 games x 3 rollouts
 GAMES = [
@@ -32,10 +34,10 @@ def tetris_metrics(make_rollout: Any, metrics_of: Any, label: str = "tetris") ->
 
 def test_every_published_statistic_has_a_row(make_rollout: Any, metrics_of: Any) -> None:
     bm = tetris_metrics(make_rollout, metrics_of).benchmarks["tetris"]
-    section = tetris_reference_section(bm)
+    section = reference_section(bm, ENVS["tetris"].reference_profile)
     assert section.title == TITLE and section.table.header == ["statistic", "this run", "reference"]
     rows = {row[0]: row[1:] for row in section.table.rows}
-    assert rows["games x rollouts"] == ["2 x 3", "200 x 16"]
+    assert rows["prompts x repeats"] == ["2 x 3", "200 x 16"]
     assert rows["success rate"] == ["16.67% (1/6)", "5.09% (163/3,200)"]
     assert rows["mean reward"] == [f"{sum(g[1] for g in GAMES) / 6:.2f}", "-0.29"]
     assert rows["median reward"] == ["-0.90", "-0.80"]
@@ -44,7 +46,7 @@ def test_every_published_statistic_has_a_row(make_rollout: Any, metrics_of: Any)
     assert rows["tool calls per rollout"] == [f"{34 / 6:.2f}", "7.48"]
     assert rows["tool calls range"] == ["0 to 10", "0 to 10"]
     assert rows["reward std"][1] == "–"  # not published
-    assert rows["Pearson r (tool calls, reward)"][1] == f"{QWEN3_4B['tool_calls_reward_corr']:.3f}"
+    assert rows["Pearson r (tool calls, reward)"][1] == f"{QWEN3_4B.figures['tool_calls_reward_corr']:.3f}"
     assert rows["Pearson r (tool calls, reward)"][0] not in ("–", "")
 
 
