@@ -1,6 +1,8 @@
 """Run untrusted (model-written) Python in a throwaway Linux sandbox, and judge it without trusting it.
 
-Why each layer (Linux, as root; checked once per process, and it fails loudly when unavailable):
+Two backends, chosen by `backend()`: as root the one below; as any other user the same design inside user
+namespaces (envs/sandbox_userns.py says exactly what that one guarantees, and what it cannot without root).
+Why each layer (Linux; checked once per process, and it fails loudly when unavailable):
 - `unshare --pid --net --mount --ipc --uts --fork --kill-child` gives a fresh PID namespace (killing its
   init kills every descendant, also those that called setsid()), an empty network namespace and a
   private mount namespace. Its PID 1 (envs/sandbox_root.py, the parent side is envs/sandbox_proc.py)
@@ -13,17 +15,17 @@ Why each layer (Linux, as root; checked once per process, and it fails loudly wh
   neither works, runs fall back to per-process rlimits and the reason is logged once.
 
 `run_python` runs a program and reports its exit status: fine for trusted checks, useless as a verifier.
-`run_tests` is the verifier. The tests never enter the program's process: a judge process (its own uid,
-which the program cannot signal, trace or read through /proc) executes them, and reaches the program's
-functions by RPC that carries only plain data (envs/harness_*.py). A test passes only when the judge ran
-it to its end; the judge's verdicts travel on a pipe the program does not have. So exiting early, exit
-hooks, sys.excepthook, SystemExit, killed or patched harnesses, patched builtins or modules, and objects
-with a rigged __eq__/__ne__/__bool__ (their results stay references that the judge refuses to compare)
-all fail. What remains possible: answers hard-coded for the tests a prompt shows (MBPP's are in its
-prompt) or special-cased inputs; results the judge cannot judge (a custom class' own equality, mutation
-of arguments: the judge gets copies) fail even when right; `str()` of a program object is the program's
-own; timing side channels; kernel exploits. Without the sandbox (`allow_unsandboxed`) the judge runs as
-the same user and none of this holds.
+`run_tests` is the verifier. The tests never enter the program's process: a judge process (its own uid;
+without root, outside the program's PID namespace), which the program cannot signal, trace or read through
+/proc, executes them, and reaches the program's functions by RPC that carries only plain data
+(envs/harness_*.py). A test passes only when the judge ran it to its end; the judge's verdicts travel on a
+pipe the program does not have. So exiting early, exit hooks, sys.excepthook, SystemExit, killed or patched
+harnesses, patched builtins or modules, and objects with a rigged __eq__/__ne__/__bool__ (their results stay
+references that the judge refuses to compare) all fail. What remains possible: answers hard-coded for the
+tests a prompt shows (MBPP's are in its prompt) or special-cased inputs; results the judge cannot judge (a
+custom class' own equality, mutation of arguments: the judge gets copies) fail even when right; `str()` of a
+program object is the program's own; timing side channels; kernel exploits. Without the sandbox
+(`allow_unsandboxed`) the judge runs as the same user and none of this holds.
 Parallel runs are bounded by a per-event-loop semaphore ($EVALFLOW_SANDBOX_PARALLEL, default os.cpu_count()).
 """
 
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envs import sandbox_cgroup
+from envs import sandbox_cgroup, sandbox_userns
 from envs.sandbox_proc import SAFE_PATH, Raw, run_sandboxed
 from envs.sandbox_root import WORKDIR
 from envs.sandbox_unsafe import run_unsandboxed
@@ -142,14 +144,31 @@ def cgroup_plan() -> dict[str, Any] | None:
     return plan
 
 
+def covers_throwaway_uids(uid_map: str) -> bool:
+    """Whether a /proc/self/uid_map maps every throwaway uid (a rootless container's "root" maps a few)."""
+    for line in uid_map.splitlines():
+        inside, _, count = map(int, line.split())
+        if inside <= UID_MIN and inside + count >= UID_MIN + UID_SPAN:
+            return True
+    return False
+
+
+@functools.cache
+def _own_uid_map() -> str:
+    with open("/proc/self/uid_map") as f:
+        return f.read()
+
+
+def backend() -> Literal["root", "userns"]:
+    """Which sandbox this process builds: "root" (throwaway uids, cgroups) or "userns" (unprivileged)."""
+    return "root" if os.geteuid() == 0 and covers_throwaway_uids(_own_uid_map()) else "userns"
+
+
 def _static_problem(python: str) -> str | None:
     if not sys.platform.startswith("linux"):
         return f"the sandbox needs Linux namespaces; this is {sys.platform}"
-    if os.geteuid() != 0:
-        return (
-            "the sandbox must start as root (it creates namespaces, mounts a private root and runs the "
-            "program as a throwaway uid); run the rollout worker as root, e.g. in its container"
-        )
+    if backend() == "userns" and (problem := sandbox_userns.problem()):
+        return problem
     if shutil.which("unshare", path=SAFE_PATH) is None:
         return "`unshare` (util-linux) is not installed"
     if not os.access(python, os.X_OK):
@@ -174,7 +193,8 @@ async def sandbox_problem(python: str | None = None, prefix: str | None = None) 
                 cfg = _config(python, prefix, 20.0, _limits(512, 32, 16, 20), 16, _caps(512, 32, 1.0))
                 probe = _classify(await run_sandboxed(cfg, _run("print('ok')", None)), None)
                 if probe.outcome != "pass" or probe.stdout.strip() != "ok":
-                    problem = f"a probe run failed ({probe.outcome}): {probe.stderr.strip()[-1000:]}"
+                    hint = f" ({sandbox_userns.PROBE_HINT})" if backend() == "userns" else ""
+                    problem = f"a probe run failed ({probe.outcome}){hint}: {probe.stderr.strip()[-1000:]}"
             _problem[python] = problem
     return _problem[python]
 
@@ -223,12 +243,14 @@ def _run(program: str, tests: TestSpec | None) -> dict[str, Any]:
 def _config(
     python: str, prefix: str, timeout_s: float, limits: dict[str, int], disk_mb: int, caps: dict[str, Any]
 ) -> dict[str, Any]:
-    uid = UID_MIN + 2 * secrets.randbelow(UID_SPAN // 2)
+    userns = backend() == "userns"
+    uid = None if userns else UID_MIN + 2 * secrets.randbelow(UID_SPAN // 2)
     return {
         "python": python,
         "prefix": prefix,
+        "userns": userns,
         "uid": uid,
-        "judge_uid": uid + 1,
+        "judge_uid": None if uid is None else uid + 1,
         "timeout_s": timeout_s,
         "limits": limits,
         "disk_mb": disk_mb,

@@ -122,8 +122,9 @@ async def _wait_ns_empty(ns_inode: int, timeout_s: float = 5.0) -> None:
 
 def sandbox_argv(cfg: dict[str, Any]) -> list[str]:
     unshare = shutil.which("unshare", path=SAFE_PATH) or "unshare"
+    userns = ("--user", "--map-root-user") if cfg["userns"] else ()  # envs/sandbox_userns.py
     return [
-        *(unshare, "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child"),
+        *(unshare, *userns, "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child"),
         *("--propagation", "private", "--", cfg["python"], "-I", "-S", "-c", init_source(), json.dumps(cfg)),
     ]
 

@@ -6,11 +6,14 @@ ever on the host's disk), creates the run's cgroup, and forks: the program as on
 judged run the judge as another uid that alone holds the tests and the status pipe. Each child joins the
 cgroup, chroots, drops to its uid and execs `python -I -S`. PID 1 then waits for the judge (else the
 program), the timeout, an OOM kill in the group, or its parent's death (its stdin closes), kills every
-process of the namespace, reports on the status pipe and removes the cgroup.
+process of the namespace, reports on the status pipe and removes the cgroup. Without root (cfg "userns")
+each child enters user namespaces of its own instead of dropping to a uid, and the program a PID namespace
+too, under a reaper (envs/sandbox_userns.py); the root is then read-only but for the program's scratch dir.
 
 This code runs inside the namespaces as root under `python -I -S`, so it uses the standard library
-only, and `init_source` sends it as source text (with envs/sandbox_cgroup.py's functions): the sandbox's
-interpreter imports only what it needs (about 20 ms) instead of evalflow and its dependencies.
+only, and `init_source` sends it as source text (with envs/sandbox_cgroup.py's and envs/sandbox_userns.py's
+functions): the sandbox's interpreter imports only what it needs (about 20 ms) instead of evalflow and its
+dependencies.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import signal
 import time
 from typing import Any
 
-from envs import sandbox_cgroup
+from envs import sandbox_cgroup, sandbox_userns
 from envs.sandbox_cgroup import cg_create, cg_join, cg_oom_kills, cg_peak_bytes, cg_remove
+from envs.sandbox_userns import HELPERS, REAPER, enter_program_namespaces, enter_userns
 
 PROGRAM_NAME = "main.py"
 MOUNTPOINT = "/tmp"  # covered only inside PID 1's private mount namespace; the sandbox's root
@@ -43,7 +47,7 @@ EXIT_GRACE_S = 0.2  # after the judge is done, the program may still flush its o
 SPEC_HEADER = 8
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND = 32, 4096
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
 _ROOT_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEV_NODES = ("null", "zero", "full", "random", "urandom")
@@ -60,9 +64,22 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
         raise OSError(err, f"mount {source} -> {target}: {os.strerror(err)}")
 
 
-def _bind_ro(source: str, target: str) -> None:
-    _mount(source, target, None, MS_BIND)
-    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+def _mounts_below(target: str) -> list[str]:
+    """Mount points strictly below `target`, from this process' mountinfo."""
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):  # mountinfo's escapes
+        points = [point.replace(code, char) for point in points]
+    return [point for point in points if point.startswith(target.rstrip("/") + "/")]
+
+
+def _bind_ro(source: str, target: str, recursive: bool = False) -> None:
+    """Bind `source` read-only at `target`; recursive (as a user namespace must, where submounts are locked)
+    also makes every mount below read-only. noexec is kept: a user namespace may not clear a locked flag."""
+    _mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
+    for point in [target, *(_mounts_below(target) if recursive else [])]:
+        keep = MS_NOEXEC if os.statvfs(point).f_flag & os.ST_NOEXEC else 0
+        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | keep)
 
 
 def _read_spec(fd: int) -> dict[str, Any]:
@@ -80,11 +97,12 @@ def _read_spec(fd: int) -> dict[str, Any]:
     return json.loads(exactly(int.from_bytes(exactly(SPEC_HEADER), "big")))
 
 
-def _write_file(path: str, data: str, uid: int, mode: int) -> None:
+def _write_file(path: str, data: str, uid: int | None, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with open(fd, "wb") as f:
         f.write(data.encode("utf-8", errors="replace"))  # model output may hold lone surrogates
-    os.chown(path, uid, uid)
+    if uid is not None:  # None: a user namespace, whose one uid owns everything already
+        os.chown(path, uid, uid)
 
 
 def _build_root(cfg: dict[str, Any], spec: dict[str, Any]) -> str:
@@ -102,7 +120,7 @@ def _build_root(cfg: dict[str, Any], spec: dict[str, Any]) -> str:
         os.symlink(target, f"{root}/{name}")
     for name, fd in handles.items():
         os.makedirs(f"{root}/{name}", mode=0o755)
-        _bind_ro(f"/proc/self/fd/{fd}", f"{root}/{name}")
+        _bind_ro(f"/proc/self/fd/{fd}", f"{root}/{name}", recursive=cfg["userns"])
         os.close(fd)
     os.mkdir(root + "/dev", 0o755)
     for node in _DEV_NODES:
@@ -116,15 +134,20 @@ def _build_root(cfg: dict[str, Any], spec: dict[str, Any]) -> str:
     uid, judge_uid = cfg["uid"], cfg["judge_uid"]
     for path in (WORKDIR, WORKDIR + "/tmp"):
         os.mkdir(root + path, 0o700)
-        os.chown(root + path, uid, uid)
+        if uid is not None:
+            os.chown(root + path, uid, uid)
     _write_file(f"{root}{WORKDIR}/{PROGRAM_NAME}", spec["program"], uid, 0o600)
     for relpath, text in spec["files"].items():
         os.makedirs(os.path.dirname(f"{root}{HARNESS_DIR}/{relpath}"), mode=0o755, exist_ok=True)
         _write_file(f"{root}{HARNESS_DIR}/{relpath}", text, 0, 0o644)
     if spec["judge"] is not None:
         os.mkdir(root + os.path.dirname(JUDGE_SPEC), 0o700)
-        os.chown(root + os.path.dirname(JUDGE_SPEC), judge_uid, judge_uid)
+        if judge_uid is not None:
+            os.chown(root + os.path.dirname(JUDGE_SPEC), judge_uid, judge_uid)
         _write_file(root + JUDGE_SPEC, json.dumps(spec["judge"]), judge_uid, 0o400)
+    if cfg["userns"]:  # the program's uid owns the whole tree here: only its scratch dir stays writable
+        _mount(root + WORKDIR, root + WORKDIR, None, MS_BIND)
+        _mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     return root
 
 
@@ -141,14 +164,26 @@ def _spawn(cfg: dict[str, Any], role: str, argv: list[str], fds: dict[int, int],
         if not judge:  # an OOM kill takes the program first (lowering the judge's would need CAP_SYS_RESOURCE)
             with open("/proc/self/oom_score_adj", "w") as f:
                 f.write("1000")
+        limits = dict(cfg["limits"])
+        if cfg["userns"] and judge:
+            enter_userns(0)
+        elif cfg["userns"]:
+            fate = enter_program_namespaces()  # from here on, PID 1 of the program's own PID namespace
+            _mount("proc", cfg["root"] + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            if os.path.isdir(cfg["root"] + os.path.dirname(JUDGE_SPEC)):
+                _mount("tmpfs", cfg["root"] + os.path.dirname(JUDGE_SPEC), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV)
+            fds = {**fds, max(fds) + 1: fate}
+            argv = [argv[0], "-I", "-S", "-c", REAPER, str(max(fds)), *argv]
+            limits["RLIMIT_NPROC"] += HELPERS
         os.chroot(cfg["root"])
         os.chdir(cwd)
-        for name, value in cfg["limits"].items():
+        for name, value in limits.items():
             resource.setrlimit(getattr(resource, name), (value, value))
-        uid = cfg["judge_uid"] if judge else cfg["uid"]
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)  # as root this also clears every capability
+        if not cfg["userns"]:
+            uid = cfg["judge_uid"] if judge else cfg["uid"]
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)  # as root this also clears every capability
         if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
         os.umask(0o077)
@@ -272,11 +307,14 @@ def _init_main(cfg: dict[str, Any]) -> None:
 
 _INIT_CONSTANTS = ("PROGRAM_NAME", "MOUNTPOINT", "WORKDIR", "HARNESS_DIR", "JUDGE_SPEC", "REQUEST_FD", "REPLY_FD")
 _INIT_CONSTANTS += ("STATUS_FD", "BOOT", "POLL_S", "EXIT_GRACE_S", "SPEC_HEADER", "MS_RDONLY", "MS_NOSUID")
-_INIT_CONSTANTS += ("MS_NODEV", "MS_NOEXEC", "MS_REMOUNT", "MS_BIND", "PR_SET_NO_NEW_PRIVS", "_ROOT_DIRS", "_DEV_NODES")
-_INIT_CODE = (_libc, _mount, _bind_ro, _read_spec, _write_file, _build_root, _spawn, _reap, _supervise)
+_INIT_CONSTANTS += ("MS_NODEV", "MS_NOEXEC", "MS_REMOUNT", "MS_BIND", "MS_REC", "PR_SET_NO_NEW_PRIVS", "_ROOT_DIRS")
+_INIT_CONSTANTS += ("_DEV_NODES",)
+_INIT_CODE = (_libc, _mount, _mounts_below, _bind_ro, _read_spec, _write_file, _build_root, _spawn, _reap, _supervise)
 _INIT_CODE += (_start_children, _init_main)
 _CGROUP_CODE = (sandbox_cgroup._write, sandbox_cgroup._counter, cg_create, cg_join, cg_oom_kills, cg_peak_bytes)
 _CGROUP_CODE += (cg_remove,)
+_USERNS_CONSTANTS = ("CLONE_NEWNS", "CLONE_NEWIPC", "CLONE_NEWUSER", "CLONE_NEWPID", "INNER_UID", "HELPERS", "REAPER")
+_USERNS_CODE = (enter_userns, enter_program_namespaces)
 
 
 @functools.cache
@@ -286,8 +324,9 @@ def init_source() -> str:
         "from __future__ import annotations",
         "import contextlib, ctypes, fcntl, json, os, resource, select, signal, sys, time",
         f"CPU_PERIOD_US = {sandbox_cgroup.CPU_PERIOD_US!r}",
+        *(f"{name} = {getattr(sandbox_userns, name)!r}" for name in _USERNS_CONSTANTS),
         *(f"{name} = {globals()[name]!r}" for name in _INIT_CONSTANTS),
-        *(inspect.getsource(obj) for obj in (*_CGROUP_CODE, *_INIT_CODE)),
+        *(inspect.getsource(obj) for obj in (*_CGROUP_CODE, *_USERNS_CODE, *_INIT_CODE)),
         "_init_main(json.loads(sys.argv[1]))",
     ]
     return "\n".join(lines)

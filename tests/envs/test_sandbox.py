@@ -27,7 +27,9 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def sandbox_pids() -> list[int]:
-    """Processes running under a sandbox uid, found by scanning /proc (the uid is the run's marker)."""
+    """Processes of a sandbox, found by scanning /proc: as root a sandbox uid marks them, without root (one uid
+    for all) a user namespace other than this process' (a sandbox's reaper is not even readable here)."""
+    own_ns = os.readlink("/proc/self/ns/user")
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -35,10 +37,13 @@ def sandbox_pids() -> list[int]:
         try:
             with open(f"/proc/{entry}/status") as f:
                 uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+            if sandbox.backend() == "userns":
+                if uid == os.getuid() and os.readlink(f"/proc/{entry}/ns/user") != own_ns:
+                    pids.append(int(entry))
+            elif sandbox.UID_MIN <= uid < sandbox.UID_MIN + sandbox.UID_SPAN:
+                pids.append(int(entry))
         except (OSError, StopIteration):
             continue
-        if sandbox.UID_MIN <= uid < sandbox.UID_MIN + sandbox.UID_SPAN:
-            pids.append(int(entry))
     return pids
 
 
