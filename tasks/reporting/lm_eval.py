@@ -9,6 +9,7 @@ rollouts taken as independent); instruction-level IFEval scores have none in lm-
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -30,10 +31,20 @@ def benchmark_envs(run_info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["benchmark"]: r for r in records if isinstance(r, dict) and "benchmark" in r}
 
 
-def _setting(record: Mapping[str, Any]) -> str:
-    """The options that tell one setting from another: shots, prompt mode, the generation limit."""
-    options = record.get("options") or {}
-    parts = [f"{options['fewshot']}-shot"] if "fewshot" in options else []
+def _defaults(env: type | None) -> dict[str, Any]:
+    """The environment's option defaults (its constructor's), which say nothing about a setting."""
+    if env is None:
+        return {}
+    params = inspect.signature(env).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+
+def _setting(record: Mapping[str, Any], env: type | None = None) -> str:
+    """The options that tell one setting from another (shots, prompt mode, the generation limit); other
+    options left at the environment's defaults are not shown."""
+    given, defaults = record.get("options") or {}, _defaults(env)
+    options = {k: v for k, v in given.items() if k not in defaults or defaults[k] != v}
+    parts = [f"{given['fewshot']}-shot"] if "fewshot" in given else []
     parts += [f"{k}={v}" for k, v in sorted(options.items()) if k not in ("fewshot", "system_prompt") and v is not None]
     if record.get("max_tokens"):
         parts.append(f"max_tokens={record['max_tokens']}")
@@ -72,7 +83,7 @@ def lm_eval_table(metrics: RunMetrics, run_info: Mapping[str, Any]) -> Table | N
         env = ENVS.get(record.get("env") or key)
         for name, source in env.lm_eval_metrics if env else ():
             value, stderr, n = _score(bm, source)
-            rows.append([key, _setting(record), name, _fmt(value), _fmt(stderr), f"{n:,}"])
+            rows.append([key, _setting(record, env), name, _fmt(value), _fmt(stderr), f"{n:,}"])
     if not rows:
         return None
     return Table(HEADER, rows, "lm-evaluation-harness's metric names and definitions; see README, Baselines")

@@ -41,7 +41,7 @@ def test_each_setting_gets_its_lm_eval_rows(
             "options": {"fewshot": 0, "mode": "completion"},
             "max_tokens": 256,
         },
-        {"benchmark": "gsm8k_8shot", "env": "gsm8k", "options": {"fewshot": 8}, "max_tokens": None},
+        {"benchmark": "gsm8k_8shot", "env": "gsm8k", "options": {"fewshot": 8, "mode": "chat"}, "max_tokens": None},
         {"benchmark": "tetris", "env": "tetris", "options": {}},
     )
     table = lm_eval_table(metrics, run_info)
