@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -87,6 +90,24 @@ def test_a_failed_unprivileged_probe_says_what_to_check(monkeypatch: pytest.Monk
     assert problem is not None and sandbox_userns.PROBE_HINT in problem and "no /proc for you" in problem
 
 
+@contextlib.contextmanager
+def _traversable_by_nobody(*paths: Path) -> Iterator[None]:
+    """Let nobody traverse the directories above `paths` (a clone under a 0700 temp dir, say): o+x on the
+    ancestors that lack it, for the test's duration; the modes are restored after."""
+    changed: dict[Path, int] = {}
+    for path in paths:
+        for folder in [path, *path.parents]:
+            mode = folder.stat().st_mode
+            if folder not in changed and not mode & stat.S_IXOTH:
+                changed[folder] = mode
+                folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(stat.S_IMODE(mode))
+
+
 def _usable_by_nobody(path: str) -> bool:
     return subprocess.run([*AS_NOBODY, "/usr/bin/test", "-x", path]).returncode == 0
 
@@ -106,6 +127,11 @@ def _interpreters() -> tuple[list[str], dict[str, str]]:
 @pytest.mark.skipif(os.geteuid() != 0, reason="not root: the hostile suites themselves run on the unprivileged backend")
 @pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is missing")
 def test_the_hostile_suites_pass_without_root() -> None:
+    with _traversable_by_nobody(REPO_ROOT, Path(sys.prefix), Path(sys.executable).resolve().parent):
+        _hostile_suites_as_nobody()
+
+
+def _hostile_suites_as_nobody() -> None:
     python, env = _interpreters()
     sandbox_python = sandbox.default_interpreter()[0]
     sandbox_python = sandbox_python if _usable_by_nobody(sandbox_python) else os.path.realpath(python[0])
