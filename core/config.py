@@ -125,7 +125,7 @@ class ServerConfig(_Strict):
     @classmethod
     def _template_exists(cls, value: str | None) -> str | None:
         if value is not None and not chat_template_path(value).is_file():
-            raise ValueError(f"server.chat_template: no such file {value!r} (relative paths start at {REPO_ROOT})")
+            raise ValueError(f"no such file {value!r} (relative paths start at {REPO_ROOT})")
         return value
 
     @model_validator(mode="after")
