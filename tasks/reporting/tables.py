@@ -275,9 +275,11 @@ def provenance_sections(record: dict[str, Any] | None) -> list[Section]:
     sections = [Section("Provenance", kv_table(pairs))]
     benchmarks = record.get("benchmarks") or []
     if benchmarks:
-        header = ["benchmark", "env version", "options", "dataset", "rows", "dataset hash", "prompt template hash"]
+        header = ["benchmark", "env version", "options", "max tokens", "dataset", "rows", "dataset hash",
+                  "prompt template hash"]  # fmt: skip
         rows = [
             [b.get("benchmark", "–"), str(b.get("env_version", "–")), _options(b.get("options")),
+             fmt_num(b.get("max_tokens")),
              str(b.get("dataset", "–")), fmt_num(b.get("rows")), str(b.get("dataset_hash", "–"))[:16],
              str(b.get("prompt_template_hash", "–"))]
             for b in benchmarks

@@ -94,3 +94,20 @@ def test_stops_beyond_the_apis_four_are_cut_client_side() -> None:
     assert cut_at_stops(body + "\nprint(add(1, 2))\nmore", stops[MAX_STOPS:]) == body
     assert cut_at_stops(body + "\nprint(1)\n\nprint(2)", ["\nprint", "\nprint(2)"]) == body  # the first one wins
     assert cut_at_stops(body, stops[MAX_STOPS:]) == body and cut_at_stops(body, []) == body
+
+
+def test_the_data_and_prompts_table_shows_each_benchmarks_token_limit(tmp_path: Path) -> None:
+    from tasks.reporting.tables import provenance_sections
+
+    config = EvalConfig.model_validate(
+        {
+            "benchmarks": [
+                {"name": "gsm8k", "label": "short", "limit": 1, "max_tokens": 64},
+                {"name": "math", "limit": 1},
+            ]
+        }
+    )
+    records = [benchmark_provenance(b, None) for b in load_benchmarks(config, Store(str(tmp_path / "store")))]
+    (section,) = [s for s in provenance_sections({"benchmarks": records}) if s.title == "Data and prompts"]
+    column = section.table.header.index("max tokens")
+    assert [(row[0], row[column]) for row in section.table.rows] == [("short", "64"), ("math", "512")]
