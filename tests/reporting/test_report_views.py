@@ -187,4 +187,4 @@ def test_provenance_reads_as_tables_not_a_dict(store: Store, files: list[str]) -
         assert "0.1.0, commit 740bae8d45b5 (uncommitted changes)" in text
         assert "flavor cpu, vllm 0.32.0, torch 2.13.0+cpu, transformers 5.19.0" in text
         assert "bfloat16: the CPU has bf16 instructions" in text and "AMD EPYC, 2 cores, GPUs: none" in text
-    assert "| gsm8k | 2 | fewshot=8 | data/gsm8k/test.jsonl | 40 | 91123a49b422ec2c | 08f017981875aa68 |" in md
+    assert "| gsm8k | 2 | fewshot=8 | – | data/gsm8k/test.jsonl | 40 | 91123a49b422ec2c | 08f017981875aa68 |" in md
