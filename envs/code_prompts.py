@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
-import json
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from envs.base import REPO_ROOT
+from envs.datasets import read_examples
 
 MBPP_PROMPT = (
     "You are an expert Python programmer, and here is your task: {text} "
@@ -53,11 +52,9 @@ def mbpp_completion_prompt(fewshot: tuple[dict[str, Any], ...], row: dict[str, A
     return MBPP_FEWSHOT_DELIMITER.join([*blocks, mbpp_prompt(row)])
 
 
-@cache
 def load_mbpp_fewshot(path: Path = MBPP_FEWSHOT_PATH) -> tuple[dict[str, Any], ...]:
     """lm-eval's fixed MBPP examples (the "prompt" split's tasks 2, 3 and 4), read once per process."""
-    with path.open(encoding="utf-8") as f:
-        return tuple(json.loads(line) for line in f if line.strip())
+    return read_examples(path)
 
 
 def humaneval_package_file() -> Path | None:

@@ -24,6 +24,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from decimal import Decimal
+from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs
@@ -69,6 +70,18 @@ def _jsonl_rows(url: str, f: Any) -> Iterator[tuple[int, dict[str, Any]]]:
         if not isinstance(row, dict):
             raise DatasetError(f"{url}:{lineno}: expected a JSON object, got {type(row).__name__}")
         yield lineno, row
+
+
+@cache
+def read_examples(path: Path, check: Callable[[dict[str, Any], str], None] | None = None) -> tuple[dict[str, Any], ...]:
+    """A shipped JSONL file of few-shot examples, each row checked with `check(row, "file:line")`, read once
+    per process."""
+    with path.open("rb") as f:
+        rows = list(_jsonl_rows(str(path), f))
+    for lineno, row in rows:
+        if check is not None:
+            check(row, f"{path}:{lineno}")
+    return tuple(row for _, row in rows)
 
 
 def _parquet_rows(url: str, f: Any) -> Iterator[tuple[int, dict[str, Any]]]:

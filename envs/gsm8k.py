@@ -6,12 +6,10 @@ Chat prompts with optional few-shot turns, or lm-eval's plain-completion prompt 
 from __future__ import annotations
 
 import hashlib
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
+from envs.datasets import read_examples
 from envs.extract import (
     answers_equal,
     last_boxed,
@@ -50,19 +48,6 @@ def _reference_of(answer: Any) -> str | None:
     text = answer.rsplit("####", 1)[1] if "####" in answer else answer
     ref = normalize_number(text)
     return ref if to_number(ref) is not None else None
-
-
-@cache
-def _load_fewshot(path: Path) -> tuple[dict[str, Any], ...]:
-    """The shipped worked examples, read once per process."""
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                row = json.loads(line)
-                GSM8KEnv.check_row(row, f"{path}:{lineno}")
-                rows.append(row)
-    return tuple(rows)
 
 
 class GSM8KEnv(SingleTurnEnv):
@@ -132,7 +117,7 @@ class GSM8KEnv(SingleTurnEnv):
         super().__init__(fewshot=fewshot, system_prompt=system_prompt, **extra)
         if mode not in MODES:
             raise ValueError(f"gsm8k: mode must be one of {', '.join(MODES)}, got {mode!r}")
-        available = _load_fewshot(FEWSHOT_PATH)
+        available = read_examples(FEWSHOT_PATH, GSM8KEnv.check_row)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
             raise ValueError(f"gsm8k: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):

@@ -6,12 +6,10 @@ Chat prompts with optional few-shot turns, or lm-eval's minerva_math plain-compl
 from __future__ import annotations
 
 import hashlib
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
+from envs.datasets import read_examples
 from envs.extract import answers_equal, last_boxed
 from envs.math_minerva import minerva_answer, minerva_exact_match
 
@@ -61,19 +59,6 @@ def check_row(row: dict[str, Any], where: str) -> None:
         )
 
 
-@cache
-def _load_fewshot(path: Path) -> tuple[dict[str, Any], ...]:
-    """The shipped worked examples (problem + solution), read once per process."""
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                row = json.loads(line)
-                check_row(row, f"{path}:{lineno}")
-                rows.append(row)
-    return tuple(rows)
-
-
 class MathEnv(SingleTurnEnv):
     """Rows: `{"id", "problem", "answer"}`, or original MATH rows (`problem`, `solution`, no id).
 
@@ -119,7 +104,7 @@ class MathEnv(SingleTurnEnv):
         super().__init__(fewshot=fewshot, system_prompt=system_prompt, mode=mode)
         if mode not in MODES:
             raise ValueError(f"math: mode must be one of {', '.join(MODES)}, got {mode!r}")
-        available = _load_fewshot(FEWSHOT_PATH)
+        available = read_examples(FEWSHOT_PATH, check_row)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
             raise ValueError(f"math: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
