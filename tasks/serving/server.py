@@ -43,11 +43,18 @@ class ServerDiedError(RuntimeError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where requests go: an OpenAI-compatible /v1 URL and the served model name."""
+    """Where requests go: an OpenAI-compatible /v1 URL and the served model name; `replicas` lists every
+    replica's URL when several serve the model (base_url is then the first)."""
 
     base_url: str  # ends in /v1
     model: str
     api_key: str = field(default="EMPTY", repr=False)
+    replicas: tuple[str, ...] = ()
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every URL that serves the model: the replicas, or the one base URL."""
+        return self.replicas or (self.base_url,)
 
 
 def free_port() -> int:
@@ -107,6 +114,8 @@ class VLLMServer:
                 "--gpu-memory-utilization", str(self.cfg.gpu_memory_utilization),
                 "--tensor-parallel-size", str(self.cfg.tensor_parallel_size),
             ]  # fmt: skip
+            if self.cfg.data_parallel_size > 1:
+                cmd += ["--data-parallel-size", str(self.cfg.data_parallel_size)]
         if self.cfg.tool_call_parser:  # e.g. hermes for Qwen3: the server turns tool-call text into tool_calls
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.cfg.tool_call_parser]
         if self.cfg.chat_template:
