@@ -8,6 +8,8 @@ No `from __future__ import annotations` here: a deployment validates the flow's 
 its signature, and postponed (string) annotations leave `EvalConfig` unresolved there.
 """
 
+import asyncio
+import contextlib
 import json
 import sys
 import tempfile
@@ -19,6 +21,7 @@ from typing import Any
 from prefect import flow
 from prefect.context import FlowRunContext
 from prefect.runtime import deployment as prefect_deployment
+from prefect.runtime import flow_run as prefect_flow_run
 
 from core import store as store_paths
 from core.config import EvalConfig
@@ -27,13 +30,26 @@ from core.resolve import resolve
 from core.secrets import redact
 from core.store import Store
 from envs.base import SingleTurnEnv
+from flows.shards import (
+    Shard,
+    check_deployment,
+    check_marker,
+    child_parameters,
+    lost_batch,
+    run_shards,
+    shard_count,
+    shard_work,
+    split,
+    write_marker,
+)
+from flows.shards import deployment_name as shard_deployment
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import FileLockManager, lock_directory, result_storage
 from tasks.collection.failures import RunFailed
-from tasks.collection.plan import Benchmark, load_benchmarks, plan
+from tasks.collection.plan import Benchmark, Planned, load_benchmarks, plan
 from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
@@ -43,6 +59,7 @@ from tasks.runtime.venv import ensure_runtime, runtime_for
 from tasks.serving.preflight import check_endpoint
 from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
+from tasks.serving.slots import server_slot
 
 
 def new_run_id() -> str:
@@ -139,27 +156,36 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
 
 
 @flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers], log_prints=True)
-async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]:
+async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | None = None) -> dict[str, Any]:
     """Evaluate one model on the configured benchmarks and write the report.
 
     The run ends Failed (report written if any rollout finished, never a baseline) on a configuration
     failure or when more than collection.max_failed_share of its rollouts failed transiently.
 
-    With `dry_run`, report what would be converted, started and generated, and start nothing.
+    With `dry_run`, report what would be converted, started and generated, and start nothing. With
+    `collection.shards`, the batches are collected by child flow runs of the deployment; `shard` is
+    set in those children: they collect their batches into the parent's run and write no report.
     """
     logger = get_logger()
     if dry_run:
         summary = plan_run(config)
         logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
         return summary
-    stages = Stages()
+    original, stages = config, Stages()
+    flow_ctx = FlowRunContext.get()
     with stages("validate"):
         config, store, benchmarks, _ = preflight(config)
-    run_id = new_run_id()
+        shards, deployment = 1, None
+        if shard is None and config.collection.shards != 1:
+            deployment = shard_deployment(config, prefect_flow_run.flow_name, prefect_deployment.name)
+            await check_deployment(deployment)
+            shards = await shard_count(config)
+    run_id = shard.run_id if shard else new_run_id()
     run_dir = store.path("runs", run_id)
+    if shard is not None:
+        check_marker(store, run_dir)  # before the model is prepared or a server started
     started_at = datetime.now(UTC)
-    flow_ctx = FlowRunContext.get()
-    logger.info("run %s -> %s", run_id, run_dir)
+    logger.info("run %s -> %s%s", run_id, run_dir, f" ({shard.label})" if shard else "")
 
     with stages("prepare_model"):
         if config.server.mode == "managed":
@@ -178,9 +204,12 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             lock_manager=FileLockManager(lock_directory(store)), isolation_level="SERIALIZABLE"
         ),
     )
+    fingerprint = samples_fingerprint(model.fingerprint, config.server)
     with stages("plan"):
         # the model plus the server settings that change samples (dtype, quantization, vLLM version)
-        work = plan(benchmarks, config, samples_fingerprint(model.fingerprint, config.server), storage, store)
+        work = plan(benchmarks, config, fingerprint, storage, store)
+        if shard is not None:
+            work = shard_work(shard, work, fingerprint)
         missing = [p for p in work if p.cached is None]
         logger.info(
             "%d batches (%d rollouts): %d cached, %d to collect (%d rollouts)",
@@ -188,49 +217,33 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             sum(p.batch.size for p in missing),
         )  # fmt: skip
 
-    local_logs = Path(run_dir) / "logs" if store_paths.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
+    ctx = CollectContext(
+        run_id=run_id,
+        run_dir=run_dir,
+        endpoint=Endpoint("http://127.0.0.1:9/v1", model.served_name),  # replaced by the server's
+        model_fingerprint=model.fingerprint,
+        sampling=config.sampling,
+        collection=config.collection,
+        store=store,
+        progress_interval_s=config.collection.progress_interval_s,
+    )
     server: VLLMServer | None = None
-    server_info: dict[str, Any] = {}
-    try:
-        with stages("start_server"):
-            if not missing:
-                logger.info("every batch is cached: no server needed")
-                endpoint = Endpoint("http://127.0.0.1:9/v1", model.served_name)  # never contacted
-            elif config.server.mode == "managed":
-                runtime = ensure_runtime(config.server.runtime)
-                server = VLLMServer(runtime, model, config.server, local_logs / "vllm.log")
-                endpoint = server.start()
-                server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path)}
-                _check_endpoint(endpoint, config, benchmarks)
-            else:
-                endpoint = external_endpoint(config)
-                _check_endpoint(endpoint, config, benchmarks)
-        with stages("collect"):
-            ctx = CollectContext(
-                run_id=run_id,
-                run_dir=run_dir,
-                endpoint=endpoint,
-                model_fingerprint=model.fingerprint,
-                sampling=config.sampling,
-                collection=config.collection,
-                store=store,
-                progress_interval_s=config.collection.progress_interval_s,
+    if deployment is not None and len(missing) > 1:
+        with stages("shards"):
+            collected, server_info = await _collect_sharded(
+                ctx, work, batch_task, original, deployment, shards, fingerprint, benchmarks, config, storage
             )
-            if server is not None:
-                async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:
-                    ctx.server_ready = watchdog.wait_ready
-                    collected = await collect_all(ctx, work, batch_task)
-                server_info["restarts"] = watchdog.restarts
-            else:
-                collected = await collect_all(ctx, work, batch_task)
-    finally:
-        if server is not None:
-            with stages("stop_server"):
-                server.stop()
-        if not store.is_local and (local_logs / "vllm.log").exists():
-            store.write_bytes(store_paths.join(run_dir, "logs", "vllm.log"), (local_logs / "vllm.log").read_bytes())
-
+    else:
+        log_name = f"vllm-shard-{shard.index + 1}.log" if shard else "vllm.log"
+        collected, server, server_info = await _collect_here(
+            ctx, work, batch_task, config, model, benchmarks, stages, log_name
+        )
     status = collected.status(config.collection.max_failed_share)
+    if shard is not None:  # a child: its batches are in the store; the parent analyses and reports
+        if status["state"] != "complete":
+            raise RunFailed(f"{shard.label} of run {run_id}: {status['reason']}")
+        return {"run_id": run_id, "shard": shard.index, "batches": len(work), "collected": len(missing),
+                "timings_s": stages.seconds, "server": server_info}  # fmt: skip
     files = [r.url for r in collected.results] + _kept_rollouts(store, run_dir, collected)
     if status["state"] != "complete":
         logger.warning("run %s is %s: %s", run_id, status["state"].upper(), status["reason"])
@@ -256,6 +269,8 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
             "deployment": prefect_deployment.name,  # None outside a deployment run
             "provenance": _provenance(config, benchmarks, server),
         }
+        if "shards" in server_info:
+            run_info["shards"] = server_info["shards"]
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, run_info, read_entries(store), config.baseline_run_id)
         urls = report_task(run_dir, metrics, run_info, files, store, comparison=comparison)
@@ -274,6 +289,91 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False) -> dict[str, Any]
         "batches": {"total": len(work), "cached": len(work) - len(missing)},
         "server": server_info,
     }
+
+
+async def _collect_here(
+    ctx: CollectContext,
+    work: list[Planned],
+    batch_task: Any,
+    config: EvalConfig,
+    model: PreparedModel,
+    benchmarks: list[Benchmark],
+    stages: Stages,
+    log_name: str = "vllm.log",
+) -> tuple[Collected, VLLMServer | None, dict[str, Any]]:
+    """Collect the run's batches in this flow run: with a managed server in one of this host's server
+    slots (stopped on any exit), or with the external endpoint."""
+    logger = get_logger()
+    missing = [p for p in work if p.cached is None]
+    server: VLLMServer | None = None
+    server_info: dict[str, Any] = {}
+    local_logs = Path(ctx.run_dir) / "logs" if store_paths.is_local(ctx.run_dir) else Path(tempfile.mkdtemp()) / "logs"
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            with stages("start_server"):
+                if not missing:
+                    logger.info("every batch is cached: no server needed")
+                elif config.server.mode == "managed":
+                    runtime = ensure_runtime(config.server.runtime)
+                    need = config.server.tensor_parallel_size * config.server.data_parallel_size
+                    slot = await stack.enter_async_context(
+                        server_slot(runtime.flavor, need if runtime.flavor == "gpu" else 1)
+                    )
+                    log = local_logs / log_name
+                    server = VLLMServer(runtime, model, config.server, log, pin=slot.env)
+                    ctx.endpoint = await asyncio.to_thread(server.start)
+                    server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path),
+                                   "slot": {"kind": slot.kind, "devices": list(slot.devices),
+                                            "waited_s": round(slot.waited_s, 1)}}  # fmt: skip
+                    _check_endpoint(ctx.endpoint, config, benchmarks)
+                else:
+                    ctx.endpoint = external_endpoint(config)
+                    _check_endpoint(ctx.endpoint, config, benchmarks)
+            with stages("collect"):
+                if server is not None:
+                    async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:
+                        ctx.server_ready = watchdog.wait_ready
+                        collected = await collect_all(ctx, work, batch_task)
+                    server_info["restarts"] = watchdog.restarts
+                else:
+                    collected = await collect_all(ctx, work, batch_task)
+        finally:
+            if server is not None:
+                with stages("stop_server"):
+                    server.stop()
+            if not ctx.store.is_local and (local_logs / log_name).exists():
+                ctx.store.write_bytes(
+                    store_paths.join(ctx.run_dir, "logs", log_name), (local_logs / log_name).read_bytes()
+                )
+    return collected, server, server_info
+
+
+async def _collect_sharded(
+    ctx: CollectContext,
+    work: list[Planned],
+    batch_task: Any,
+    original: EvalConfig,
+    deployment: str,
+    shards: int,
+    fingerprint: str,
+    benchmarks: list[Benchmark],
+    config: EvalConfig,
+    storage: Any,
+) -> tuple[Collected, dict[str, Any]]:
+    """Collect the missing batches with child flow runs of `deployment`, then read every batch of the run
+    from the store; a batch no shard finished counts as failed (its kept rollouts are analysed)."""
+    keys = split([p.batch.cache_key for p in work if p.cached is None], shards)
+    parts = [Shard(run_id=ctx.run_id, index=i, count=len(keys), batches=k, samples_fingerprint=fingerprint)
+             for i, k in enumerate(keys)]  # fmt: skip
+    write_marker(ctx.store, ctx.run_dir, parts)
+    runs = await run_shards(deployment, child_parameters(original), parts, config.collection.shard_retries)
+    replanned = plan(benchmarks, config, fingerprint, storage, ctx.store)
+    done = await collect_all(ctx, [p for p in replanned if p.cached is not None], batch_task)
+    why = {key: f"{run.shard.label} ended {run.state}: {run.message}" for run in runs for key in run.shard.batches}
+    lost = [lost_batch(ctx.store, p.batch, why.get(p.batch.cache_key, "not collected")) for p in replanned
+            if p.cached is None]  # fmt: skip
+    collected = Collected(done.results, lost, planned_rollouts=sum(p.batch.size for p in replanned))
+    return collected, {"shards": [run.as_record() for run in runs]}
 
 
 def _provenance(config: EvalConfig, benchmarks: list[Benchmark], server: VLLMServer | None) -> dict[str, Any]:

@@ -77,9 +77,16 @@ class VLLMServer:
     _live: set[VLLMServer] = set()  # noqa: RUF012 - registry for the crash/exit hooks
 
     def __init__(
-        self, runtime: Runtime, model: PreparedModel, cfg: ServerConfig, log_path: Path, cpu: CpuChoice | None = None
+        self,
+        runtime: Runtime,
+        model: PreparedModel,
+        cfg: ServerConfig,
+        log_path: Path,
+        cpu: CpuChoice | None = None,
+        pin: dict[str, str] | None = None,
     ) -> None:
         self.runtime = runtime
+        self.pin = dict(pin or {})  # the server slot's devices (CUDA_VISIBLE_DEVICES, CPU thread binding)
         self.model = model
         self.cfg = cfg
         self.log_path = log_path
@@ -128,6 +135,7 @@ class VLLMServer:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cfg.cpu_kv_cache_gib))
         if self.cpu and self.cpu.reserved_cores is not None:
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.cpu.reserved_cores)
+        env.update(self.pin)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")

@@ -1,0 +1,213 @@
+"""Shards: one evaluation's uncached batches spread over child flow runs of its deployment.
+
+The parent plans the run, splits the batches to collect into disjoint shards and submits one child
+flow run per shard (`run_deployment`) to the deployment's work pool. Each child prepares the model,
+starts its own server in a server slot of its worker and collects its batches into the shared store
+through the content-keyed batch cache; the parent waits, resubmits a failed or crashed shard (which
+then collects only what it lost), and analyses every batch as one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core import store as store_paths
+from core.config import EvalConfig
+from core.logs import get_logger
+from core.store import Store
+from tasks.collection.batch import partial_url
+from tasks.collection.failures import BatchFailed, FailureSummary
+from tasks.collection.plan import Batch, Planned
+
+MARKER = "shards.json"  # written by the parent into the run folder; a child that cannot read it cannot reach the store
+POLL_S = 2.0
+
+
+class Shard(BaseModel):
+    """A child flow run's part of a sharded evaluation (the eval flow's `shard` parameter)."""
+
+    run_id: str = Field(description="the parent's run id: the child writes into its run folder")
+    index: int = Field(ge=0)
+    count: int = Field(ge=1)
+    batches: list[str] = Field(description="cache keys of the batches this shard collects")
+    samples_fingerprint: str = Field(description="the model + server fingerprint the parent planned with")
+
+    @property
+    def label(self) -> str:
+        return f"shard {self.index + 1}/{self.count}"
+
+
+def split(keys: list[str], count: int) -> list[list[str]]:
+    """Deal the batches round-robin into at most `count` non-empty shards: each shard gets a mix of the
+    run's benchmarks (Tetris batches take longer than GSM8K ones), and the split is deterministic."""
+    count = max(1, min(count, len(keys)))
+    return [keys[i::count] for i in range(count)]
+
+
+def deployment_name(config: EvalConfig, flow_name: str | None, deployment: str | None) -> str:
+    """The deployment shards run as: collection.shard_deployment, else the run's own deployment."""
+    if config.collection.shard_deployment:
+        return config.collection.shard_deployment
+    if flow_name and deployment:
+        return f"{flow_name}/{deployment}"
+    raise ValueError(
+        f"collection.shards {config.collection.shards!r} submits child flow runs of a deployment: start the run "
+        "from a deployment (prefect deployment run eval/<name>) or set collection.shard_deployment (e.g. eval/smoke)"
+    )
+
+
+async def check_deployment(name: str) -> None:
+    """The shards' deployment exists (checked before the model is prepared)."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    async with get_client() as client:
+        try:
+            await client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            raise ValueError(
+                f"collection.shard_deployment {name!r}: no such deployment; list them with `prefect deployment ls`"
+            ) from None
+
+
+async def shard_count(config: EvalConfig) -> int:
+    """collection.shards as a number: `auto` is the number of free server slots in the pool (at least 1)."""
+    if config.collection.shards != "auto":
+        return int(config.collection.shards)
+    from tasks.serving.slots import free_slots
+
+    free, total = await free_slots()
+    get_logger().info("collection.shards auto: %d of %d server slots free", free, total)
+    return max(1, free)
+
+
+def child_parameters(original: EvalConfig) -> dict[str, Any]:
+    """The config a child runs with: the run's own, as given (blocks are resolved by the child, so their
+    secrets stay in the blocks), never sharded again. A bearer token given in the parameters (not a
+    block) is passed on as given: the child needs it, and it is already in the parent's parameters."""
+    data = original.model_dump(mode="json", exclude_unset=True)  # unset fields still take a block's values
+    if "api_key" in data.get("server", {}):
+        data["server"]["api_key"] = original.server.api_key.get_secret_value()
+    data.setdefault("collection", {})["shards"] = 1
+    return data
+
+
+def write_marker(store: Store, run_dir: str, shards: list[Shard]) -> None:
+    """The run folder's note of its shards; a child reads it to prove it sees the same store."""
+    note = {"host": socket.gethostname(), "shards": [{"index": s.index, "batches": len(s.batches)} for s in shards]}
+    store.write_bytes(store_paths.join(run_dir, MARKER), json.dumps(note, indent=1).encode())
+
+
+def check_marker(store: Store, run_dir: str) -> None:
+    """A child whose worker cannot reach the parent's store (a local path on another host) fails here,
+    before it starts a server."""
+    if not store.exists(store_paths.join(run_dir, MARKER)):
+        raise ValueError(
+            f"store.url {store.url} is not the parent run's store as seen from host {socket.gethostname()}: "
+            f"{store_paths.join(run_dir, MARKER)} is missing (a local folder on another host?); use a store every "
+            "worker reaches (s3://..., or a shared filesystem)"
+        )
+
+
+def shard_work(shard: Shard, work: list[Planned], fingerprint: str) -> list[Planned]:
+    """The child's part of the run's plan. A child whose model or server settings make other samples
+    than the parent planned (another vLLM version on its worker, a conversion that differs) fails
+    here: its batches would be cached under keys the parent never reads."""
+    if fingerprint != shard.samples_fingerprint:
+        raise ValueError(
+            f"{shard.label}: on host {socket.gethostname()} the model and server settings fingerprint "
+            f"{fingerprint[:16]}, the parent planned with {shard.samples_fingerprint[:16]}: give every worker the "
+            "same vLLM runtime and model (e.g. a shared model.cache_dir)"
+        )
+    mine = [p for p in work if p.batch.cache_key in set(shard.batches)]
+    if len(mine) != len(shard.batches):
+        raise ValueError(
+            f"{shard.label}: {len(shard.batches) - len(mine)} of its batches are not in this worker's plan "
+            "(the dataset or config differs from the parent's)"
+        )
+    return mine
+
+
+def lost_batch(store: Store, batch: Batch, reason: str) -> BatchFailed:
+    """A batch no shard finished, as a failed batch: its rollouts kept by the last attempt are analysed."""
+    import pyarrow.parquet as pq
+
+    url = partial_url(store, batch)
+    kept = 0
+    if store.exists(url):
+        with store.open(url, "rb") as f:
+            kept = pq.ParquetFile(f).metadata.num_rows
+    failed = batch.size - kept
+    summary = FailureSummary(batch.benchmark, batch.index, batch.size, failed, "transient", ((reason, failed),))
+    return BatchFailed(summary, url if kept else None)
+
+
+@dataclass
+class ShardRun:
+    """One shard's flow runs (the first submission and its resubmissions)."""
+
+    shard: Shard
+    flow_run_ids: list[Any] = field(default_factory=list)
+    state: str = "Pending"
+    message: str = ""
+    seconds: float = 0.0
+
+    def as_record(self) -> dict[str, Any]:
+        return {"index": self.shard.index, "batches": len(self.shard.batches), "state": self.state,
+                "attempts": len(self.flow_run_ids), "flow_runs": [str(i) for i in self.flow_run_ids],
+                "seconds": round(self.seconds, 1), "message": self.message}  # fmt: skip
+
+
+async def _submit(deployment: str, parameters: dict[str, Any], shard: Shard, attempt: int) -> Any:
+    from prefect.deployments import run_deployment
+
+    name = f"{shard.run_id}-shard-{shard.index + 1}of{shard.count}" + (f"-retry{attempt}" if attempt else "")
+    params = {"config": parameters, "shard": shard.model_dump(mode="json")}
+    run = await run_deployment(name=deployment, parameters=params, timeout=0, flow_run_name=name, tags=["shard"])  # type: ignore[misc]
+    return run.id
+
+
+async def run_shards(deployment: str, parameters: dict[str, Any], shards: list[Shard], retries: int) -> list[ShardRun]:
+    """Submit every shard, wait for all, resubmit a shard whose run failed, crashed or was cancelled (up
+    to `retries` times). Returns each shard's outcome; never raises for a failed shard (the parent
+    judges the run by the batches that reached the store)."""
+    from prefect.client.orchestration import get_client
+
+    logger = get_logger()
+    runs = [ShardRun(s) for s in shards]
+    started = time.monotonic()
+    for run in runs:
+        run.flow_run_ids.append(await _submit(deployment, parameters, run.shard, 0))
+    logger.info("submitted %d shards to %s: %s", len(runs), deployment, ", ".join(str(len(s.batches)) for s in shards))
+    open_runs = list(runs)
+    async with get_client() as client:
+        while open_runs:
+            await asyncio.sleep(POLL_S)
+            for run in list(open_runs):
+                state = (await client.read_flow_run(run.flow_run_ids[-1])).state
+                if state is None or not state.is_final():
+                    continue
+                run.state, run.message = state.name, " ".join((state.message or "").split())[:300]
+                if state.is_completed():
+                    run.seconds = time.monotonic() - started
+                    open_runs.remove(run)
+                elif len(run.flow_run_ids) <= retries:
+                    logger.warning("%s ended %s (%s): resubmitting it", run.shard.label, state.name, run.message)
+                    run.flow_run_ids.append(await _submit(deployment, parameters, run.shard, len(run.flow_run_ids)))
+                    continue
+                else:
+                    logger.error("%s ended %s after %d attempts: %s", run.shard.label, state.name,
+                                 len(run.flow_run_ids), run.message)  # fmt: skip
+                    run.seconds = time.monotonic() - started
+                    open_runs.remove(run)
+                done = len(runs) - len(open_runs)
+                logger.info("%s %s; %d/%d shards done (%.0f s)", run.shard.label, run.state, done, len(runs),
+                            time.monotonic() - started)  # fmt: skip
+    return runs
