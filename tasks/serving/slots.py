@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from core.logs import get_logger
 
 SLOT_PREFIX = "evalflow-slot-"
-LEASE_S = 120.0  # Prefect renews the held lease; a dead holder's slot frees this long after it died
+LEASE_S = 60.0  # Prefect renews a held lease; a dead holder's slot frees when it expires (60 s is its minimum)
 POLL_S = 1.0
 
 
@@ -179,8 +179,14 @@ async def server_slot(flavor: str, need: int = 1, use_prefect: bool = True) -> A
             from prefect.concurrency.asyncio import concurrency
 
             await ensure_limit(name, len(slots.devices))
-            logger.info("waiting for %d server slot(s) of %s (Prefect limit %s)", need, host, name)
-            await stack.enter_async_context(concurrency(name, occupy=need, lease_duration=LEASE_S, strict=True))
+            # said only when the slots are busy: a run that waits says for what
+            note = loop.call_later(
+                2.0, logger.info, "waiting for %d server slot(s) of %s: Prefect limit %s is full", need, host, name
+            )
+            try:
+                await stack.enter_async_context(concurrency(name, occupy=need, lease_duration=LEASE_S, strict=True))
+            finally:
+                note.cancel()
         noted = False
         while not (held := _try_devices(slots, need, host)):
             if not noted:  # only when the Prefect limit is not shared: a run on another API holds them
