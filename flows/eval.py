@@ -130,6 +130,10 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
     asked for rollouts is checked (it serves the model and answers a 1-token request).
     """
     config, store, benchmarks, model_plan = preflight(config, probe=probe)
+    shards = None
+    if config.collection.shards != 1:  # outside a deployment run, only with collection.shard_deployment
+        deployment = shard_deployment(config, prefect_flow_run.flow_name, prefect_deployment.name)
+        shards = f"{config.collection.shards} child flow runs of {deployment}"
     fingerprint = model_plan.get("fingerprint")
     fingerprint = fingerprint and samples_fingerprint(fingerprint, config.server)
     storage = result_storage(store, save=False)
@@ -145,6 +149,7 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
         "benchmarks": {b.name: {"prompts": len(b.rows), "repeats": b.repeats} for b in benchmarks},
         "batches": {"total": len(work) or None, "cached": len(cached)},
         "rollouts": {"total": total, "cached": total - to_generate, "to_generate": to_generate},
+        "shards": shards,
         "would_start": (
             "nothing: every batch is cached"
             if not to_generate

@@ -237,7 +237,7 @@ def _run_value(value: Any) -> str:
 
 def run_sections(run_info: dict[str, Any]) -> list[Section]:
     """The run's identity (scalars, plus the wall-clock duration) and its stage timings."""
-    skip = {"config", "timings", "stage_timings", "provenance"}
+    skip = {"config", "timings", "stage_timings", "provenance", "shards"}
     scalars = [(k, "–" if v is None else _run_value(v)) for k, v in run_info.items() if k not in skip]
     start, end = _as_datetime(run_info.get("started_at")), _as_datetime(run_info.get("finished_at"))
     if start and end:
@@ -249,6 +249,11 @@ def run_sections(run_info: dict[str, Any]) -> list[Section]:
         rows = [[stage, fmt_num(float(sec), 1)] for stage, sec in timings.items()]
         rows.append(["total", fmt_num(sum(float(sec) for sec in timings.values()), 1)])
         sections.append(Section("Stage timings", Table(["stage", "seconds"], rows)))
+    if run_info.get("shards"):  # collected by child flow runs (collection.shards)
+        rows = [[str(s["index"] + 1), str(s["batches"]), s["state"], str(s["attempts"]), fmt_num(s["seconds"], 1),
+                 ", ".join(s["flow_runs"])] for s in run_info["shards"]]  # fmt: skip
+        header = ["shard", "batches", "state", "attempts", "seconds", "flow runs"]
+        sections.append(Section("Shards", Table(header, rows)))
     sections += provenance_sections(run_info.get("provenance"))
     return sections
 

@@ -377,3 +377,18 @@ def test_the_run_table_shows_the_status_as_words_not_a_dict() -> None:
     assert dict(run_sections({"status": {**status, "state": "complete", "failed_rollouts": 0}})[0].table.rows) == {
         "status": "complete"
     }
+
+
+def test_a_sharded_run_lists_its_shards_in_their_own_table() -> None:
+    from tasks.reporting.tables import run_sections
+
+    shards = [
+        {"index": 0, "batches": 3, "state": "Completed", "attempts": 1, "flow_runs": ["a"], "seconds": 61.2,
+         "message": ""},
+        {"index": 1, "batches": 2, "state": "Completed", "attempts": 2, "flow_runs": ["b", "c"], "seconds": 140.0,
+         "message": ""},
+    ]  # fmt: skip
+    sections = run_sections({"run_id": "x", "shards": shards})
+    assert "shards" not in dict(sections[0].table.rows)  # not a dict dumped into the Run table
+    table = next(s.table for s in sections if s.title == "Shards")
+    assert table.rows == [["1", "3", "Completed", "1", "61.2", "a"], ["2", "2", "Completed", "2", "140.0", "b, c"]]
