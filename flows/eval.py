@@ -32,6 +32,7 @@ from core.store import Store
 from envs.base import SingleTurnEnv
 from flows.shards import (
     Shard,
+    cancel_shards,
     check_deployment,
     check_marker,
     child_parameters,
@@ -72,6 +73,14 @@ def _stop_servers(*_: Any, **__: Any) -> None:
     In-process Prefect passes (flow, flow_run, state) positionally; a worker's runner passes them
     as keywords when it reports a killed flow-run process as crashed."""
     VLLMServer.stop_all()
+
+
+def _cancel_shards(*args: Any, **kwargs: Any) -> None:
+    """Cancellation hook: a cancelled sharded run cancels its shards (a crashed one leaves them running:
+    what they collect is cached for the retry)."""
+    flow_run = kwargs.get("flow_run", args[1] if len(args) > 1 else None)
+    if flow_run is not None and (count := cancel_shards(flow_run.id)):
+        get_logger().warning("cancelled %d shard flow runs of this run", count)
 
 
 def _plain(benchmark: Benchmark) -> bool:
@@ -160,7 +169,7 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
     }
 
 
-@flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers], log_prints=True)
+@flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers, _cancel_shards], log_prints=True)
 async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | None = None) -> dict[str, Any]:
     """Evaluate one model on the configured benchmarks and write the report.
 

@@ -211,3 +211,23 @@ async def run_shards(deployment: str, parameters: dict[str, Any], shards: list[S
                 logger.info("%s %s; %d/%d shards done (%.0f s)", run.shard.label, run.state, done, len(runs),
                             time.monotonic() - started)  # fmt: skip
     return runs
+
+
+def cancel_shards(parent_flow_run_id: Any) -> int:
+    """Cancel the unfinished shards of a cancelled parent (the flow's on_cancellation hook): a cancelled
+    evaluation leaves no server running for it on any worker. Returns how many were cancelled."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId, FlowRunFilterTags
+    from prefect.states import Cancelling
+
+    with get_client(sync_client=True) as client:
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_flow_run_id]),
+                tags=FlowRunFilterTags(all_=["shard"]),
+            )
+        )
+        live = [run for run in children if run.state is None or not run.state.is_final()]
+        for run in live:
+            client.set_flow_run_state(run.id, Cancelling(message="the sharded run was cancelled"), force=True)
+    return len(live)

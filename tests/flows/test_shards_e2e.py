@@ -189,3 +189,27 @@ def test_two_evals_on_one_cpu_host_run_their_servers_one_after_the_other(cluster
     assert all(f.state.is_completed() for f in finals), [f.state for f in finals]
     (a_start, a_stop), (b_start, b_stop) = sorted(server_window(cluster, r.id) for r in runs)
     assert a_stop <= b_start, f"servers overlapped: {a_start}-{a_stop} and {b_start}-{b_stop}"
+
+
+def test_cancelling_a_sharded_run_cancels_its_shards(cluster: Any, s3_url: str) -> None:
+    from prefect.states import Cancelling
+
+    config = smoke_config(cluster, s3_url, "cancelled", shards=2)
+    smoke = cluster.deployment("eval/smoke").id
+    parent = cluster.call(lambda c: c.create_flow_run_from_deployment(smoke, parameters={"config": config}))
+
+    def children() -> list[Any]:
+        return [r for r in flow_runs_tagged(cluster, "shard") if _parent_of(cluster, r) == parent.id]
+
+    wait_for(lambda: len(children()) == 2 and any(r.state.is_running() for r in children()), 300, "running shards")
+    cluster.call(lambda c: c.set_flow_run_state(parent.id, Cancelling(), force=True))
+    assert cluster.finished(parent.id, 120).state.is_cancelled()
+    finals = [cluster.finished(r.id, 120) for r in children()]
+    assert all(r.state.is_cancelled() for r in finals), [r.state for r in finals]
+
+
+def _parent_of(project: Any, run: Any) -> Any:
+    """The flow run that submitted `run` (run_deployment links a child through a task run of the parent)."""
+    if run.parent_task_run_id is None:
+        return None
+    return project.call(lambda c: c.read_task_run(run.parent_task_run_id)).flow_run_id
