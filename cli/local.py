@@ -58,6 +58,15 @@ def worker(
     _ops(lambda: ops.worker(pool))
 
 
+@app.command()
+def slots(
+    register: Annotated[bool, typer.Option(help="register this host's slots (its GPUs, or EVALFLOW_SLOTS)")] = True,
+) -> None:
+    """Server slots: one vLLM server per GPU (or CPU host) at a time, a Prefect global concurrency limit per
+    host. Registers this host's and lists every host's (what `collection.shards: auto` counts)."""
+    _ops(lambda: ops.slots(register))
+
+
 @app.command("run")
 def run_deployment(
     deployment: Annotated[str, typer.Argument(help="FLOW/DEPLOYMENT, e.g. eval/smoke", show_default=False)],

@@ -148,8 +148,35 @@ def _spawn(name: str, cmd: list[str]) -> int:
     return proc.pid
 
 
+def slots(register: bool = True) -> list[dict[str, Any]]:
+    """Register this host's server slots (its Prefect limit, so `collection.shards: auto` counts them
+    before its first run) and print every host's: slots, busy, free."""
+    from tasks.serving.slots import SLOT_PREFIX, ensure_limit, host_slots, limit_name
+
+    async def go() -> list[Any]:
+        from prefect.client.orchestration import get_client
+
+        if register:
+            mine = host_slots("gpu")  # the host's GPUs, else one CPU slot (EVALFLOW_SLOTS overrides)
+            await ensure_limit(limit_name(), len(mine.devices))
+            devices = ", ".join(d or "all cores" for d in mine.devices)
+            print(f"{limit_name()}: {len(mine.devices)} {mine.kind} slot(s): {devices}")
+        async with get_client() as client:
+            return await client.read_global_concurrency_limits(limit=200, offset=0)
+
+    rows = [{"limit": lim.name, "slots": lim.limit, "busy": lim.active_slots,
+             "free": max(0, lim.limit - lim.active_slots)}
+            for lim in asyncio.run(go()) if lim.name.startswith(SLOT_PREFIX)]  # fmt: skip
+    for row in rows:
+        print(f"{row['limit']}: {row['slots']} slots, {row['busy']} busy, {row['free']} free")
+    print(f"total: {sum(r['free'] for r in rows)} of {sum(r['slots'] for r in rows)} server slots free")
+    return rows
+
+
 def worker(pool: str = "evalflow-cpu") -> None:
-    """`prefect worker start` for `pool` in the background (Prefect has no --background for workers)."""
+    """`prefect worker start` for `pool` in the background (Prefect has no --background for workers),
+    after registering this host's server slots."""
+    slots()
     name = f"worker-{pool}"
     pid = _pid_alive(HOME / f"{name}.pid")
     if pid:

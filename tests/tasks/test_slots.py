@@ -122,3 +122,27 @@ def test_a_killed_holder_frees_its_slot(monkeypatch: pytest.MonkeyPatch, local_s
         assert asyncio.run(try_for(5.0))
     finally:
         holder.kill()
+
+
+def test_slots_are_a_prefect_limit_per_host_counted_for_shards_auto(
+    monkeypatch: pytest.MonkeyPatch, local_slots: Path, prefect_home: Path
+) -> None:
+    """`evalflow local slots` registers the host's limit; a held server slot shows as busy in it, so
+    `collection.shards: auto` counts only free ones."""
+    from ops.local import slots as register
+
+    monkeypatch.setenv("EVALFLOW_SLOTS", "gpu:0,1")
+    rows = {r["limit"]: r for r in register()}
+    assert rows[slots.limit_name()] == {"limit": slots.limit_name(), "slots": 2, "busy": 0, "free": 2}
+
+    async def main() -> tuple[tuple[int, int], tuple[int, int], dict[str, str]]:
+        before = await slots.free_slots()
+        async with server_slot("gpu") as slot:
+            during = await slots.free_slots()
+        return before, during, slot.env
+
+    before, during, env = asyncio.run(main())
+    assert before[0] - during[0] == 1 and before[1] == during[1]
+    assert env == {"CUDA_VISIBLE_DEVICES": "0"}
+    monkeypatch.setenv("EVALFLOW_SLOTS", "cpu")  # the worker restarted with other slots: the limit follows
+    assert {r["limit"]: r["slots"] for r in register()}[slots.limit_name()] == 1
