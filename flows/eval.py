@@ -51,6 +51,7 @@ from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import FileLockManager, lock_directory, result_storage
 from tasks.collection.failures import RunFailed
 from tasks.collection.plan import Benchmark, Planned, load_benchmarks, plan
+from tasks.collection.progress import Progress
 from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
@@ -380,7 +381,11 @@ async def _collect_sharded(
     parts = [Shard(run_id=ctx.run_id, index=i, count=len(keys), batches=k, samples_fingerprint=fingerprint)
              for i, k in enumerate(keys)]  # fmt: skip
     write_marker(ctx.store, ctx.run_dir, parts)
-    runs = await run_shards(deployment, child_parameters(original), parts, config.collection.shard_retries)
+    sizes = {p.batch.cache_key: p.batch.size for p in work if p.cached is None}
+    progress = Progress(sum(sizes.values()), config.collection.progress_interval_s, f"collect ({len(parts)} shards)")
+    runs = await run_shards(
+        deployment, child_parameters(original), parts, config.collection.shard_retries, progress, storage, sizes
+    )
     replanned = plan(benchmarks, config, fingerprint, storage, ctx.store)
     done = await collect_all(ctx, [p for p in replanned if p.cached is not None], batch_task)
     why = {key: f"{run.shard.label} ended {run.state}: {run.message}" for run in runs for key in run.shard.batches}

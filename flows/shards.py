@@ -10,12 +10,14 @@ then collects only what it lost), and analyses every batch as one run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefect.filesystems import WritableFileSystem
 from pydantic import BaseModel, Field
 
 from core import store as store_paths
@@ -23,8 +25,10 @@ from core.config import EvalConfig
 from core.logs import get_logger
 from core.store import Store
 from tasks.collection.batch import partial_url
+from tasks.collection.cache import lookup
 from tasks.collection.failures import BatchFailed, FailureSummary
-from tasks.collection.plan import Batch, Planned
+from tasks.collection.plan import Batch, BatchResult, Planned
+from tasks.collection.progress import Progress
 
 MARKER = "shards.json"  # written by the parent into the run folder; a child that cannot read it cannot reach the store
 POLL_S = 2.0
@@ -174,10 +178,40 @@ async def _submit(deployment: str, parameters: dict[str, Any], shard: Shard, att
     return run.id
 
 
-async def run_shards(deployment: str, parameters: dict[str, Any], shards: list[Shard], retries: int) -> list[ShardRun]:
+async def watch(progress: Progress, storage: WritableFileSystem, sizes: dict[str, int]) -> None:
+    """Count the shards' batches as their cache records reach the store (until cancelled), so the
+    parent's log, terminal and progress artifact show done/total, rate and ETA of the whole run."""
+    pending = dict(sizes)
+    while pending:
+        await asyncio.sleep(progress.interval_s)
+        for key in list(pending):
+            result = BatchResult.from_record(await asyncio.to_thread(lookup, storage, key))
+            if result is not None:
+                progress.add_batch(result.rollouts, result.completion_tokens, result.errors)
+                del pending[key]
+
+
+async def run_shards(
+    deployment: str, parameters: dict[str, Any], shards: list[Shard], retries: int, progress: Progress | None = None,
+    storage: WritableFileSystem | None = None, sizes: dict[str, int] | None = None,
+) -> list[ShardRun]:  # fmt: skip
     """Submit every shard, wait for all, resubmit a shard whose run failed, crashed or was cancelled (up
     to `retries` times). Returns each shard's outcome; never raises for a failed shard (the parent
-    judges the run by the batches that reached the store)."""
+    judges the run by the batches that reached the store). With `progress`, the shards' batches are
+    counted as they reach `storage`."""
+    if progress is None or storage is None or sizes is None:
+        return await _run_shards(deployment, parameters, shards, retries)
+    async with progress.reporting():
+        watcher = asyncio.create_task(watch(progress, storage, sizes))
+        try:
+            return await _run_shards(deployment, parameters, shards, retries)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+async def _run_shards(deployment: str, parameters: dict[str, Any], shards: list[Shard], retries: int) -> list[ShardRun]:
     from prefect.client.orchestration import get_client
 
     logger = get_logger()

@@ -78,6 +78,12 @@ class Progress:
         self.errors += record.get("error") is not None
         self._counted[batch_key] = self._counted.get(batch_key, 0) + 1
 
+    def add_batch(self, rollouts: int, tokens: int, errors: int) -> None:
+        """A whole batch generated elsewhere (by a shard of this run), counted when it reaches the store."""
+        self.generated += rollouts
+        self.tokens += tokens
+        self.errors += errors
+
     def add_failure(self) -> None:
         self.errors += 1
 

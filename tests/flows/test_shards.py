@@ -109,3 +109,32 @@ def test_a_lost_batch_counts_its_kept_rollouts(store: Store) -> None:
     lost = lost_batch(store, batch, "shard 1/2 ended Crashed")
     assert (lost.summary.failed, lost.kept_url) == (batch.size - 1, partial_url(store, batch))
     assert lost.transient and "Crashed" in lost.summary.line()
+
+
+def test_the_parent_counts_shard_batches_as_their_records_reach_the_store(tmp_path: Path) -> None:
+    import asyncio
+
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+    from prefect.serializers import JSONSerializer
+
+    from flows.shards import watch
+    from tasks.collection.progress import Progress
+
+    storage = LocalFileSystem(basepath=str(tmp_path / "records"))
+    records = ResultStore(result_storage=storage, serializer=JSONSerializer())
+    progress = Progress(12, interval_s=0.05)
+    record = {"url": "u", "rollouts": 4, "errors": 1, "completion_tokens": 100, "seconds": 1.0}
+
+    async def main() -> None:
+        watcher = asyncio.create_task(watch(progress, storage, {"batch-a": 4, "batch-b": 8}))
+        await asyncio.sleep(0.2)
+        assert progress.done == 0
+        await asyncio.to_thread(records.write, obj=record, key="batch-a")
+        await asyncio.sleep(0.3)
+        assert (progress.done, progress.errors, progress.tokens) == (4, 1, 100)
+        await asyncio.to_thread(records.write, obj={**record, "rollouts": 8}, key="batch-b")
+        await asyncio.wait_for(watcher, 2)  # every batch counted: the watcher ends
+
+    asyncio.run(main())
+    assert progress.done == 12
