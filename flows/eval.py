@@ -243,7 +243,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
         progress_interval_s=config.collection.progress_interval_s,
     )
     server: VLLMServer | None = None
-    if deployment is not None and len(missing) > 1:
+    if deployment is not None and shards > 1 and len(missing) > 1:  # else collected here, as unsharded
         with stages("shards"):
             collected, server_info = await _collect_sharded(
                 ctx, work, batch_task, original, deployment, shards, fingerprint, benchmarks, config, storage
