@@ -352,7 +352,11 @@ async def _collect_here(
                     server_info["restarts"] = watchdog.restarts
                 else:
                     collected = await collect_all(ctx, work, batch_task)
+                    if len(ctx.endpoint.urls) > 1:  # requests each replica took, and any left out at the end
+                        server_info["replicas"] = [{"url": r.url, "requests": r.requests, "up": r.up}
+                                                   for r in ctx.pool().replicas]  # fmt: skip
         finally:
+            await ctx.aclose()
             if server is not None:
                 with stages("stop_server"):
                     server.stop()

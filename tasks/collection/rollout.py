@@ -24,6 +24,7 @@ from tasks.collection.concurrency import Limiter, make_limiter, request_priority
 from tasks.collection.failures import RolloutFailed, classify, describe
 from tasks.collection.plan import Batch, rollout_seed
 from tasks.collection.progress import PROGRESS_INTERVAL_S, Progress
+from tasks.serving.pool import ReplicaPool, replica_down
 from tasks.serving.server import Endpoint
 
 MAX_STOPS = 4  # stop sequences a request may carry (OpenAI's limit, which vLLM enforces)
@@ -51,17 +52,20 @@ class CollectContext:
     # it is reported and each open batch snapshots its finished rollouts
     progress: Progress = field(default_factory=lambda: Progress(0))
     progress_interval_s: float = PROGRESS_INTERVAL_S
-    _client: openai.AsyncOpenAI | None = None
+    _pool: ReplicaPool | None = None
 
-    def client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = openai.AsyncOpenAI(
-                base_url=self.endpoint.base_url,
-                api_key=self.endpoint.api_key,
-                timeout=self.collection.request_timeout_s,
-                max_retries=0,  # retries are ours (request_with_retries): they also wait for a server restart
-            )
-        return self._client
+    def pool(self) -> ReplicaPool:
+        """The endpoint's replicas (one for a single server), each with its OpenAI client. The clients do
+        not retry: request_with_retries does, also waiting for a server restart or another replica."""
+        if self._pool is None:
+            self._pool = ReplicaPool(self.endpoint.urls, self.endpoint.api_key, self.collection.request_timeout_s)
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Close the clients and stop the replica probe (the end of a collection)."""
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
 
     def requests(self) -> Limiter:
         """The run-wide limit on requests in flight (shared by every batch)."""
@@ -76,24 +80,40 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
     Transient errors (connection, timeout, 429, 5xx) are retried with jittered exponential backoff and
     raise RolloutFailed when they persist; configuration errors (401, 403, 404, a rejected option)
     raise RolloutFailed at once and stop the run's other requests; a prompt that does not fit the
-    context raises the openai error itself, for the rollout to record as the model's outcome."""
-    attempt = 0
+    context raises the openai error itself, for the rollout to record as the model's outcome. With
+    several replicas, a request whose replica stopped answering goes to another at once (the replica
+    is left out until it answers again); only when none is left does it wait and count a retry."""
+    attempt = redirects = 0
     secrets = (ctx.endpoint.api_key,)
+    pool = ctx.pool()
     while True:
         if ctx.abort is not None:
             raise ctx.abort
+        replica = pool.pick()
+        if replica is None:  # every replica is out: wait for one as for a transient error
+            attempt += 1
+            if attempt > ctx.collection.max_request_retries:
+                raise RolloutFailed("transient", f"no replica answers: {pool.down_reasons()}"[:500])
+            await pool.wait_for_any(min(20.0, 0.5 * 2**attempt))
+            continue
         try:
-            if plain:
-                return await ctx.client().completions.create(**kwargs)
-            return await ctx.client().chat.completions.create(**kwargs)
+            with pool.using(replica):
+                if plain:
+                    return await replica.client.completions.create(**kwargs)
+                return await replica.client.chat.completions.create(**kwargs)
         except (openai.APIStatusError, openai.APIConnectionError) as exc:
             kind = classify(exc)
             if kind == "outcome":
                 raise
-            failure = RolloutFailed(kind, describe(exc, ctx.endpoint.base_url, secrets))
+            failure = RolloutFailed(kind, describe(exc, replica.url, secrets))
             if kind == "configuration":
                 ctx.abort = ctx.abort or failure
                 raise failure from None
+            if pool.many and replica_down(exc):
+                pool.eject(replica, failure.message[:200])
+                redirects += 1
+                if redirects <= 2 * len(pool.replicas) and pool.pick() is not None:
+                    continue  # at once, on a replica that answers
             attempt += 1
             if attempt > ctx.collection.max_request_retries:
                 raise failure from None

@@ -127,7 +127,7 @@ def context(tmp_path: Path, server: Server) -> CollectContext:
         collection=CollectionConfig(concurrency=4, max_request_retries=1),
         store=Store(str(tmp_path)),
     )
-    ctx._client = openai.AsyncOpenAI(
+    ctx.pool().replicas[0].client = openai.AsyncOpenAI(
         base_url=URL, api_key=KEY, max_retries=0, http_client=httpx.AsyncClient(transport=httpx.MockTransport(server))
     )
     return ctx
