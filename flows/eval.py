@@ -48,8 +48,9 @@ from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
-from tasks.collection.cache import FileLockManager, lock_directory, result_storage
+from tasks.collection.cache import result_storage
 from tasks.collection.failures import RunFailed
+from tasks.collection.lease import lock_manager
 from tasks.collection.plan import Benchmark, Planned, load_benchmarks, plan
 from tasks.collection.progress import Progress
 from tasks.collection.provenance import provenance
@@ -190,6 +191,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
     flow_ctx = FlowRunContext.get()
     with stages("validate"):
         config, store, benchmarks, _ = preflight(config)
+        locks = lock_manager(store)  # an S3 store's batch locks are leases on it: conditional writes checked
         shards, deployment = 1, None
         if shard is None and config.collection.shards != 1:
             deployment = shard_deployment(config, prefect_flow_run.flow_name, prefect_deployment.name)
@@ -215,9 +217,7 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
     batch_task = collect_batch.with_options(
         retries=config.collection.batch_retries,
         result_storage=storage,
-        cache_policy=BatchKeyPolicy().configure(
-            lock_manager=FileLockManager(lock_directory(store)), isolation_level="SERIALIZABLE"
-        ),
+        cache_policy=BatchKeyPolicy().configure(lock_manager=locks, isolation_level="SERIALIZABLE"),
     )
     fingerprint = samples_fingerprint(model.fingerprint, config.server)
     with stages("plan"):
