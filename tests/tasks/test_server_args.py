@@ -57,16 +57,21 @@ def test_every_block_and_deployment_command_parses_and_broken_ones_do_not() -> N
     assert {"block cpu-smoke", "block qwen3-4b-h100", "deployment qwen3-4b", "deployment baselines"} <= set(commands)
     gpu = commands["block qwen3-4b-h100"]
     assert "--tensor-parallel-size" in gpu and "--gpu-memory-utilization" in gpu  # GPU flags are checked too
+    parallel = block_settings()["qwen3-4b-h100"]["settings"] | {"tensor_parallel_size": 2, "data_parallel_size": 2}
+    commands["tp 2 x dp 2"] = command(parallel)
+    assert commands["tp 2 x dp 2"][commands["tp 2 x dp 2"].index("--data-parallel-size") + 1] == "2"
     parser_value = gpu.index("--tool-call-parser") + 1
     broken = [
         [a.replace("--tensor-parallel-size", "--tensor-paralel-size") for a in gpu],
         [*gpu[:parser_value], "nosuchparser", *gpu[parser_value + 1 :]],
         [a for a in gpu if a not in ("--tool-call-parser", "hermes")],
         [*gpu, "--structured-outputs-config", '{"disable_any_whitespace": true, "backend": "outlines"}'],
+        [a.replace("--data-parallel-size", "--data-paralel-size") for a in commands["tp 2 x dp 2"]],
     ]
     verdicts = parse_results(CPU.python, [vllm_argv(c) for c in [*commands.values(), *broken]])
     assert dict(zip(commands, verdicts[: len(commands)], strict=True)) == dict.fromkeys(commands)
-    renamed, bad_parser, no_parser, bad_json = verdicts[len(commands) :]
+    renamed, bad_parser, no_parser, bad_json, bad_dp = verdicts[len(commands) :]
+    assert "unrecognized arguments: --data-paralel-size" in (bad_dp or "")
     assert "unrecognized arguments: --tensor-paralel-size" in renamed
     assert "nosuchparser" in bad_parser
     assert "--enable-auto-tool-choice requires --tool-call-parser" in no_parser
