@@ -45,6 +45,7 @@ class FaultProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
+        self.refuse = False  # reset every connection at once, any path: a replica that is gone
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     @property
@@ -73,7 +74,12 @@ class FaultProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head = b"" if self.refuse else await reader.readuntil(b"\r\n\r\n")
+                if self.refuse:  # also on a kept-alive connection: the client sees a reset
+                    sock = writer.get_extra_info("socket")
+                    if sock is not None:  # SO_LINGER 0: close() sends a RST
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:] if ":" in x)}
@@ -94,7 +100,7 @@ class FaultProxy:
                 out += [f"content-length: {len(payload)}", "", ""]
                 writer.write("\r\n".join(out).encode("latin-1") + payload)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, httpx.HTTPError):  # the upstream is gone: disconnect
             pass
         finally:
             writer.close()

