@@ -86,10 +86,11 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
     attempt = redirects = 0
     secrets = (ctx.endpoint.api_key,)
     pool = ctx.pool()
+    last = None  # the replica that just failed this request: the next try goes elsewhere
     while True:
         if ctx.abort is not None:
             raise ctx.abort
-        replica = pool.pick()
+        replica = pool.pick(avoid=last)
         if replica is None:  # every replica is out: wait for one as for a transient error
             attempt += 1
             if attempt > ctx.collection.max_request_retries:
@@ -110,7 +111,8 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
                 ctx.abort = ctx.abort or failure
                 raise failure from None
             if pool.many and replica_down(exc):
-                pool.eject(replica, failure.message[:200])
+                pool.failed(replica, exc, failure.message[:200])
+                last = replica
                 redirects += 1
                 if redirects <= 2 * len(pool.replicas) and pool.pick() is not None:
                     continue  # at once, on a replica that answers

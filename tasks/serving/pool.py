@@ -17,6 +17,7 @@ from core.logs import get_logger
 
 PROBE_INTERVAL_S = 2.0
 PROBE_TIMEOUT_S = 3.0
+FAILURES_TO_EJECT = 2
 DOWN_STATUS = frozenset({502, 503, 504})  # a proxy or load balancer in front of a replica that is gone
 
 
@@ -27,6 +28,14 @@ def replica_down(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIStatusError) and exc.status_code in DOWN_STATUS
 
 
+def refused(exc: BaseException) -> bool:
+    """A connection that could not be opened: nothing listens there. Other errors (a kept-alive connection
+    the server closed as it was reused, one reset) also happen to healthy servers, so they take a replica
+    out only when they repeat."""
+    cause = exc.__cause__  # by name: the openai SDK may carry its own copy of httpx
+    return cause is not None and type(cause).__name__ in ("ConnectError", "ConnectTimeout")
+
+
 @dataclass
 class Replica:
     url: str
@@ -35,6 +44,7 @@ class Replica:
     up: bool = True
     reason: str = ""
     requests: int = 0  # sent to it so far (for the run's record)
+    failures: int = 0  # consecutive requests that found it not answering
 
 
 class ReplicaPool:
@@ -56,9 +66,10 @@ class ReplicaPool:
     def many(self) -> bool:
         return len(self.replicas) > 1
 
-    def pick(self) -> Replica | None:
-        """The replica in rotation with the fewest outstanding requests (ties in turn); None if all are out."""
-        live = [r for r in self.replicas if r.up]
+    def pick(self, avoid: Replica | None = None) -> Replica | None:
+        """The replica in rotation with the fewest outstanding requests (ties in turn), other than `avoid`
+        (which just failed this request) unless it is the only one; None if all are out."""
+        live = [r for r in self.replicas if r.up and r is not avoid] or [r for r in self.replicas if r.up]
         if not live:
             return None
         fewest = min(r.outstanding for r in live)
@@ -71,8 +82,15 @@ class ReplicaPool:
         replica.requests += 1
         try:
             yield replica
+            replica.failures = 0  # it answered
         finally:
             replica.outstanding -= 1
+
+    def failed(self, replica: Replica, exc: BaseException, reason: str) -> None:
+        """A request found `replica` not answering: out at once if refused, else on the second in a row."""
+        replica.failures += 1
+        if refused(exc) or replica.failures >= FAILURES_TO_EJECT:
+            self.eject(replica, reason)
 
     def eject(self, replica: Replica, reason: str) -> None:
         """Take a replica out of rotation (once) and make sure the probe is watching for its return."""
@@ -99,7 +117,7 @@ class ReplicaPool:
                 await asyncio.sleep(self.probe_interval_s)
                 for replica in [r for r in self.replicas if not r.up]:
                     if await self.answers(replica, client):
-                        replica.up = True
+                        replica.up, replica.failures = True, 0
                         get_logger().info("replica %s answers again: back in rotation", replica.url)
 
     async def wait_for_any(self, timeout_s: float) -> bool:

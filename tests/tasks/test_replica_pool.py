@@ -140,3 +140,32 @@ def test_one_server_is_never_left_out_its_errors_are_retried_as_before(tmp_path:
     assert failure.kind == "transient" and "cannot reach" in failure.message
     assert ctx.pool().replicas[0].up and ctx.pool().replicas[0].requests == 2  # first try and one retry
     assert json.dumps(failure.message).count(KEY) == 0
+
+
+def test_one_dropped_connection_moves_the_request_but_keeps_the_replica(tmp_path: Path) -> None:
+    """A kept-alive connection the server closed just as it was reused happens to healthy servers: the
+    request goes to the other replica at once, and the replica stays in rotation unless it repeats."""
+    ctx = context(tmp_path, ("http://a/v1", "http://b/v1"))
+    pool = ctx.pool()
+    calls: list[str] = []
+    dropped: list[str] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        dropped.append(str(request.url))
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+
+    transport = httpx.MockTransport(flaky)
+    pool.replicas[0].client = openai.AsyncOpenAI(
+        base_url="http://a/v1", api_key=KEY, max_retries=0, http_client=httpx.AsyncClient(transport=transport)
+    )
+    pool.replicas[1].client = answering(calls)
+
+    async def one() -> str:
+        reply = await request_with_retries(ctx, messages=[], model="m")
+        return reply.choices[0].message.content
+
+    assert asyncio.run(one()) == "ok"
+    assert (len(dropped), len(calls), pool.replicas[0].up) == (1, 1, True)  # moved on, not taken out
+    assert [asyncio.run(one()) for _ in range(3)] == ["ok"] * 3
+    assert (len(dropped), pool.replicas[0].up) == (2, False)  # out once it failed twice in a row
+    assert len(calls) == 4
