@@ -8,6 +8,11 @@ to 6-19 generated tokens/s each), so every managed server runs inside a slot:
 - a local lock per device (`filelock`, released by the kernel when its holder dies), which picks the
   device and holds even for runs that do not share a Prefect API (`evalflow run` on an ephemeral one).
 
+A holder writes its Prefect lease id beside each device lock it holds and removes it before letting go.
+A lease file whose lock is free therefore belongs to a holder that died (a SIGKILLed flow run, an OOM
+kill): a run waiting on the same host releases that lease at once instead of waiting up to a minute
+for it to expire.
+
 The host's slots come from `EVALFLOW_SLOTS` (`gpu:0,1,2,3`, `cpu:0-7|8-15`, `cpu`), else from its
 GPUs (CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`), else one CPU slot of every core.
 """
@@ -25,6 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from uuid import UUID
 
 from filelock import FileLock, Timeout
 
@@ -132,14 +138,45 @@ def lock_root() -> Path:
     return Path(os.environ.get("EVALFLOW_SLOT_LOCKS", Path.home() / ".cache" / "evalflow" / "slots"))
 
 
-def _try_devices(slots: HostSlots, need: int, host: str) -> list[tuple[str, FileLock]]:
-    """Lock `need` free devices of this host now, or none."""
+def _device_path(slots: HostSlots, device: str, host: str, suffix: str) -> Path:
+    """This host's lock (`.lock`) or lease record (`.lease`) of one device."""
     root = lock_root() / re.sub(r"[^A-Za-z0-9_.-]", "-", host)
     root.mkdir(parents=True, exist_ok=True)
+    return root / (re.sub(r"[^A-Za-z0-9_.-]", "_", f"{slots.kind}-{device or 'all'}") + suffix)
+
+
+def _device_lock(slots: HostSlots, device: str, host: str) -> FileLock:
+    return FileLock(str(_device_path(slots, device, host, ".lock")), thread_local=False, is_singleton=False)
+
+
+def _dead_leases(slots: HostSlots, host: str) -> list[UUID]:
+    """The Prefect leases of this host's holders that died: a lease record whose device lock is free
+    (a live holder keeps its lock until it has removed the record). The records are removed."""
+    found: list[UUID] = []
+    for device in slots.devices:
+        record = _device_path(slots, device, host, ".lease")
+        if not record.exists():
+            continue
+        lock = _device_lock(slots, device, host)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue  # a live holder
+        try:
+            text = record.read_text().strip() if record.exists() else ""
+            record.unlink(missing_ok=True)
+        finally:
+            lock.release()
+        with contextlib.suppress(ValueError):
+            found.append(UUID(text))
+    return sorted(set(found), key=str)
+
+
+def _try_devices(slots: HostSlots, need: int, host: str) -> list[tuple[str, FileLock]]:
+    """Lock `need` free devices of this host now, or none."""
     held: list[tuple[str, FileLock]] = []
     for device in slots.devices:
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{slots.kind}-{device or 'all'}")
-        lock = FileLock(str(root / f"{name}.lock"), thread_local=False, is_singleton=False)
+        lock = _device_lock(slots, device, host)
         try:
             lock.acquire(timeout=0)
         except Timeout:
@@ -175,26 +212,22 @@ async def server_slot(flavor: str, need: int = 1, use_prefect: bool = True) -> A
     loop = asyncio.get_running_loop()
     started = loop.time()
     async with contextlib.AsyncExitStack() as stack:
+        lease: UUID | None = None
         if use_prefect:
-            from prefect.concurrency.asyncio import concurrency
-
             await ensure_limit(name, len(slots.devices))
-            # said only when the slots are busy: a run that waits says for what
-            note = loop.call_later(
-                2.0, logger.info, "waiting for %d server slot(s) of %s: Prefect limit %s is full", need, host, name
-            )
-            try:
-                await stack.enter_async_context(concurrency(name, occupy=need, lease_duration=LEASE_S, strict=True))
-            finally:
-                note.cancel()
+            lease = await stack.enter_async_context(_prefect_slots(name, need, slots, host))
         noted = False
         while not (held := _try_devices(slots, need, host)):
             if not noted:  # only when the Prefect limit is not shared: a run on another API holds them
                 logger.info("waiting for a free %s slot on %s (held by another server)", slots.kind, host)
                 noted = True
             await asyncio.sleep(POLL_S)
-        for _, lock in held:
+        for device, lock in held:
             stack.callback(lock.release)
+            if lease is not None:  # removed before the lock is released (callbacks run last in, first out)
+                record = _device_path(slots, device, host, ".lease")
+                record.write_text(str(lease))
+                stack.callback(record.unlink, missing_ok=True)
         devices = tuple(device for device, _ in held)
         slot = Slot(slots.kind, devices, slot_env(slots.kind, devices), loop.time() - started)
         logger.info(
@@ -202,3 +235,54 @@ async def server_slot(flavor: str, need: int = 1, use_prefect: bool = True) -> A
             host, slots.kind, ",".join(d or "all cores" for d in devices), slot.waited_s,
         )  # fmt: skip
         yield slot
+
+
+@contextlib.asynccontextmanager
+async def _prefect_slots(name: str, need: int, slots: HostSlots, host: str) -> AsyncIterator[UUID]:
+    """Hold `need` slots of the Prefect limit `name` under a lease renewed every LEASE_S / 3; while the
+    limit is full, release the leases of this host's holders that died (see the module docstring)."""
+    import httpx
+    from prefect.client.orchestration import get_client
+
+    logger = get_logger()
+    noted = False
+    async with get_client() as client:
+        while True:
+            try:
+                response = await client.increment_concurrency_slots_with_lease(
+                    names=[name], slots=need, mode="concurrency", lease_duration=LEASE_S
+                )
+                break
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code != 423:  # 423 Locked: the limit is full
+                    raise
+            dead = await asyncio.to_thread(_dead_leases, slots, host)
+            for lease_id in dead:
+                with contextlib.suppress(httpx.HTTPStatusError):  # expired meanwhile: already free
+                    await client.release_concurrency_slots_with_lease(lease_id)
+                logger.info("released the server slot lease %s of a run on %s that died", lease_id, host)
+            if dead:
+                continue
+            if not noted:  # said only when the slots are busy: a run that waits says for what
+                logger.info("waiting for %d server slot(s) of %s: Prefect limit %s is full", need, host, name)
+                noted = True
+            await asyncio.sleep(POLL_S)
+        lease_id = UUID(response.json()["lease_id"])
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(LEASE_S / 3)
+                try:
+                    await client.renew_concurrency_lease(lease_id, LEASE_S)
+                except httpx.HTTPError as exc:  # the next renewal may still succeed before expiry
+                    logger.warning("renewing the server slot lease %s failed: %s", lease_id, exc)
+
+        renewal = asyncio.create_task(renew())
+        try:
+            yield lease_id
+        finally:
+            renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewal
+            with contextlib.suppress(httpx.HTTPError):  # gone already: it expires by itself
+                await client.release_concurrency_slots_with_lease(lease_id)

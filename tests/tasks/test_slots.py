@@ -1,11 +1,14 @@
 """Server slots: the host's slots from EVALFLOW_SLOTS or its GPUs, the environment that pins a server,
-and the device locks that keep two servers off one device (here without a Prefect API)."""
+the device locks that keep two servers off one device, and the host's Prefect limit with its leases
+(a dead holder's taken back at once)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,6 +123,50 @@ def test_a_killed_holder_frees_its_slot(monkeypatch: pytest.MonkeyPatch, local_s
         holder.kill()
         holder.wait()
         assert asyncio.run(try_for(5.0))
+    finally:
+        holder.kill()
+
+
+def test_a_killed_holders_prefect_slot_is_taken_back_at_once_not_after_its_lease(
+    monkeypatch: pytest.MonkeyPatch, local_slots: Path, prefect_home: Path
+) -> None:
+    """A SIGKILLed run never releases its Prefect lease; the next run on the host releases it (the lease
+    record beside a free device lock) instead of waiting for it to expire (LEASE_S, 60 s)."""
+    from prefect.settings import PREFECT_API_URL
+
+    monkeypatch.setenv("EVALFLOW_SLOTS", "cpu")
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import asyncio\n"
+            "from tasks.serving.slots import server_slot\n"
+            "async def main():\n"
+            "    async with server_slot('cpu'):\n"
+            "        print('held', flush=True); await asyncio.sleep(120)\n"
+            "asyncio.run(main())\n"
+        )],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        (record,) = local_slots.glob("*/cpu-all.lease")
+
+        async def busy_then_take(seconds: float) -> tuple[int, float]:
+            busy = (await slots.free_slots())[0]
+            started = time.monotonic()
+            async with asyncio.timeout(seconds), server_slot("cpu"):
+                return busy, time.monotonic() - started
+
+        with pytest.raises(TimeoutError):  # the live holder keeps it
+            asyncio.run(busy_then_take(1.5))
+        assert record.exists()
+        holder.kill()
+        holder.wait()
+        free_while_dead, waited = asyncio.run(busy_then_take(30.0))
+        assert free_while_dead == 0  # the dead holder's lease still counted until taken back
+        assert waited < 10 < slots.LEASE_S
+        assert not record.exists()  # our own record is gone with our slot
+        assert asyncio.run(slots.free_slots())[0] == 1
     finally:
         holder.kill()
 
