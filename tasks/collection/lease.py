@@ -8,6 +8,8 @@ only an S3 store need the lock where they all look, so here it is an object on t
 - taken over by a waiter once the same ETag has stood unrenewed for a whole lease (its holder died:
   SIGKILL, a lost node), again with `If-Match`, so two waiters cannot both take it; the lease is judged
   by the waiter's own clock, never by comparing clocks of two machines;
+- taken over at once where the waiter can see that the holder died: a process of the same host, boot
+  and PID namespace that no longer exists (a SIGKILLed flow run whose retry lands on the same worker);
 - released with a conditional delete.
 """
 
@@ -49,6 +51,40 @@ def _precondition_failed(exc: BaseException) -> bool:
     return "pre-condition" in str(exc)
 
 
+def _read_link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def _this_process() -> dict[str, Any]:
+    """Who holds a lease: enough for a waiter on the same machine to tell whether the holder still lives."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115 - one read
+    except OSError:
+        boot = ""
+    return {"host": socket.gethostname(), "boot": boot, "pidns": _read_link("/proc/self/ns/pid"), "pid": os.getpid()}
+
+
+def _holder_died(body: dict[str, Any]) -> bool:
+    """Whether the lease's holder is a process of this machine (same host, boot and PID namespace) that is
+    gone. Anything else (another machine, an older lease without the fields) is judged by its lease."""
+    me = _this_process()
+    if not me["boot"] or not me["pidns"] or any(body.get(k) != me[k] for k in ("host", "boot", "pidns")):
+        return False
+    pid = body.get("pid")
+    if not isinstance(pid, int) or pid == me["pid"]:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by another user
+        return False
+    return False
+
+
 @dataclass
 class _Held:
     holder: str
@@ -77,8 +113,7 @@ class StoreLeaseLockManager:
         return f"{self.prefix}/{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _put(self, key: str, holder: str, **condition: str) -> str:
-        body = json.dumps({"holder": holder, "host": socket.gethostname(), "pid": os.getpid(), "lease_s": self.lease_s,
-                           "at": time.time()}).encode()  # fmt: skip
+        body = json.dumps({"holder": holder, **_this_process(), "lease_s": self.lease_s, "at": time.time()}).encode()
         return self.fs.call_s3("put_object", Bucket=self.bucket, Key=self._object(key), Body=body, **condition)["ETag"]
 
     def _etag(self, key: str) -> str | None:
@@ -86,6 +121,20 @@ class StoreLeaseLockManager:
             return self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._object(key))["ETag"]
         except FileNotFoundError:
             return None
+
+    def _read(self, key: str) -> tuple[str, dict[str, Any]] | None:
+        """The lock's ETag and then its body (which may be newer than the ETag: a write conditional on
+        that ETag then fails), or None where there is none."""
+        etag = self._etag(key)
+        if etag is None:
+            return None
+        try:
+            body = json.loads(self.fs.cat_file(f"{self.bucket}/{self._object(key)}"))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            body = {}
+        return etag, body if isinstance(body, dict) else {}
 
     # -- taking and keeping a lease ----------------------------------------------------------------
     def _try_acquire(self, key: str, holder: str) -> bool:
@@ -104,16 +153,18 @@ class StoreLeaseLockManager:
         return True
 
     def _take_over(self, key: str, holder: str) -> str | None:
-        """The lock's ETag if we took over an expired lease, else None."""
-        current = self._etag(key)
-        if current is None:  # released meanwhile: the next try creates it
+        """The lock's ETag if we took over an expired lease (or a dead local holder's), else None."""
+        found = self._read(key)
+        if found is None:  # released meanwhile: the next try creates it
             return None
+        current, body = found
+        died = _holder_died(body)
         now = time.monotonic()
         seen, since = self._seen.get(key, (None, now))
-        if seen != current:
+        if seen != current and not died:
             self._seen[key] = (current, now)
             return None
-        if now - since < self.lease_s:
+        if now - since < self.lease_s and not died:
             return None
         try:
             etag = self._put(key, holder, IfMatch=current)
@@ -121,7 +172,8 @@ class StoreLeaseLockManager:
             if _precondition_failed(exc):  # another waiter took it, or the holder renewed just now
                 return None
             raise
-        get_logger().warning("batch lock %s: the lease of a holder that stopped renewing it expired; taken over", key)
+        why = f"its holder (pid {body['pid']} on this host) died" if died else "its holder stopped renewing it"
+        get_logger().warning("batch lock %s: taken over (%s)", key, why)
         self._seen.pop(key, None)
         return etag
 

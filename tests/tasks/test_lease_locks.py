@@ -98,9 +98,13 @@ from prefect import flow, task
 from prefect.cache_policies import CachePolicy
 from core.store import Store
 from tasks.collection.cache import result_storage
+from tasks.collection import lease as lease_module
 from tasks.collection.lease import StoreLeaseLockManager
 
 who, url, endpoint, lease, hold = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+if len(sys.argv) > 6:  # a process of another machine (its liveness cannot be seen from here)
+    me = lease_module._this_process()
+    lease_module._this_process = lambda: {**me, "host": sys.argv[6]}
 store = Store(url, {"client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
 
 class Fixed(CachePolicy):
@@ -125,13 +129,14 @@ print("RESULT " + json.dumps(race(who)), flush=True)
 
 
 def racer(
-    who: str, store: Store, s3_url: str, api: str, home: Path, lease: float, hold: float
+    who: str, store: Store, s3_url: str, api: str, home: Path, lease: float, hold: float, host: str | None = None
 ) -> subprocess.Popen[str]:
-    """A process sharing only the store and the Prefect API: its own HOME and TMPDIR, so no local file."""
+    """A process sharing only the store and the Prefect API: its own HOME and TMPDIR, so no local file;
+    with `host`, it says it runs on that machine."""
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **CREDENTIALS, "PREFECT_API_URL": api, "HOME": str(home), "TMPDIR": str(home / "tmp"),
            "PREFECT_HOME": str(home / ".prefect"), "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
-    args = [sys.executable, "-c", RACER, who, store.url, s3_url, str(lease), str(hold)]
+    args = [sys.executable, "-c", RACER, who, store.url, s3_url, str(lease), str(hold), *([host] if host else [])]
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -160,7 +165,7 @@ def test_a_killed_holders_batch_is_taken_over_after_its_lease(
     store: Store, s3_url: str, prefect_server: tuple[str, Path], tmp_path: Path
 ) -> None:
     api, _ = prefect_server
-    first = racer("a", store, s3_url, api, tmp_path / "a", 3, 60)
+    first = racer("a", store, s3_url, api, tmp_path / "a", 3, 60, host="node-a")
     assert first.stdout is not None
     for line in first.stdout:
         if "COLLECTING" in line:
@@ -172,3 +177,25 @@ def test_a_killed_holders_batch_is_taken_over_after_its_lease(
     assert result_of(second) == {"by": "b"}
     assert len(runs(store)) == 2  # the killed attempt's body, and the one that took over
     assert time.monotonic() - started >= 3  # only after the dead holder's lease ran out
+
+
+def test_a_killed_holder_on_this_machine_is_taken_over_at_once(
+    store: Store, s3_url: str, prefect_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """A SIGKILLed flow run whose retry lands on the same host: the holder is seen to be gone, so the
+    retry does not wait out its lease (60 s here)."""
+    api, _ = prefect_server
+    first = racer("a", store, s3_url, api, tmp_path / "a", 60, 60)
+    assert first.stdout is not None
+    for line in first.stdout:
+        if "COLLECTING" in line:
+            break
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    started = time.monotonic()
+    second = racer("b", store, s3_url, api, tmp_path / "b", 60, 0.1)
+    out, _ = second.communicate(timeout=120)
+    assert f"its holder (pid {first.pid} on this host) died" in out, out[-3000:]
+    assert '"by": "b"' in out
+    assert len(runs(store)) == 2
+    assert time.monotonic() - started < 30  # well inside the dead holder's lease
