@@ -349,7 +349,8 @@ async def _collect_here(
                     async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:
                         ctx.server_ready = watchdog.wait_ready
                         collected = await collect_all(ctx, work, batch_task)
-                    server_info["restarts"] = watchdog.restarts
+                    # a restart is a new process: the info names the one that served last
+                    server_info.update(pid=server.pid, restarts=watchdog.restarts)
                 else:
                     collected = await collect_all(ctx, work, batch_task)
                     if len(ctx.endpoint.urls) > 1:  # requests each replica took, and any left out at the end
