@@ -8,12 +8,14 @@ SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 RUN := $(UV) run --frozen
 POOL ?= evalflow-cpu
-.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports test test-fast lint format clean
+.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports test test-fast test-e2e test-server lint format clean
 
 help:
 	@echo "make demo       - local Prefect server + worker, deploy, run eval/smoke (SmolLM2 on vLLM CPU), print the report"
 	@echo "make test       - lint and run the whole test suite (unit + end-to-end on a real vLLM server)"
 	@echo "make test-fast  - the tests that need no vLLM server (pytest -m 'not e2e')"
+	@echo "make test-e2e   - the end-to-end tests alone, against one shared vLLM server"
+	@echo "make test-server - start the e2e lane's shared vLLM server and print EVALFLOW_TEST_SERVER for test runs"
 	@echo "make demo-local - the same evaluation without a Prefect server (evalflow run)"
 	@echo "make server     - start a local Prefect server (127.0.0.1:4200, home .prefect/) unless one answers"
 	@echo "make deploy     - work pools, blocks and every deployment in prefect.yaml"
@@ -72,12 +74,20 @@ lint: sync
 # Two lanes: every test that needs no vLLM server on both cores (one file per worker), then the
 # end-to-end tests one at a time against the real server (they share one and must not overlap).
 FAST := pytest -x -m "not e2e" -n 2 --dist loadfile --timeout=1800 --durations=30
+E2E := pytest -x -m e2e --timeout=1800 --durations=30
 test: runtime browser lint
 	$(RUN) $(FAST)
-	$(RUN) pytest -x -m e2e --timeout=1800 --durations=30
+	$(RUN) $(E2E)
 
 test-fast: runtime browser
 	$(RUN) $(FAST)
+
+test-e2e: runtime browser
+	$(RUN) $(E2E)
+
+# The e2e lane's shared server, kept up between test runs: EVALFLOW_TEST_SERVER=URL pytest FILE uses it.
+test-server: runtime
+	$(RUN) python -m tests.server
 
 format: sync
 	$(RUN) ruff format .

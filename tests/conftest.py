@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +65,40 @@ NO_JSON_WHITESPACE = ["--structured-outputs-config", '{"backend": "xgrammar", "d
 SMOLLM2_TOOLS_TEMPLATE = "configs/chat_templates/smollm2_tools.jinja"
 
 
-@pytest.fixture(scope="session")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A throwaway Prefect API (ephemeral, temporary database) and result store for the session."""
-    from prefect.settings import PREFECT_HOME, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
+# The shared server's settings: with the cpu-smoke block's tool calling (hermes parser + SmolLM2's
+# template with tools), requests without tools render and sample exactly as with the model's own template.
+SHARED_SERVER = ServerConfig(
+    extra_args=FAST_START + NO_JSON_WHITESPACE, tool_call_parser="hermes", chat_template=SMOLLM2_TOOLS_TEMPLATE
+)
+# `python -m tests.server` starts that server and prints this variable: a test run that has it set uses
+# that server instead of starting one (one test file in seconds instead of a minute)
+TEST_SERVER_VAR = "EVALFLOW_TEST_SERVER"
 
-    home = tmp_path_factory.mktemp("prefect-home")
-    updates = {PREFECT_HOME: str(home), PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(home / "results")}
-    with temporary_settings(updates=updates), prefect_test_harness(server_startup_timeout=180):
+
+@pytest.fixture(scope="session")
+def prefect_home(prefect_server: tuple[str, Path]) -> Iterator[Path]:
+    """The session's Prefect API (the lane's one real server) and its home, where results are stored too:
+    every flow run of the lane is recorded there, and a scan of the home covers the API's database."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_HOME,
+        PREFECT_RESULTS_LOCAL_STORAGE_PATH,
+        PREFECT_SERVER_ANALYTICS_ENABLED,
+        temporary_settings,
+    )
+
+    api, home = prefect_server
+    updates = {
+        PREFECT_API_URL: api,
+        PREFECT_HOME: str(home),
+        PREFECT_RESULTS_LOCAL_STORAGE_PATH: str(home / "results"),
+        PREFECT_SERVER_ANALYTICS_ENABLED: False,
+    }
+    from prefect.context import _temporary_global_settings_context, get_settings_context
+
+    # as prefect_test_harness does, the settings become the global ones too (entered after the first, so
+    # get_settings_context sees them): threads and copied contexts (a flow run in a thread) use them
+    with temporary_settings(updates=updates), _temporary_global_settings_context(get_settings_context()):
         yield home
 
 
@@ -82,23 +108,43 @@ def smollm2() -> PreparedModel:
     return prepare_model_impl(ModelConfig(), "auto")
 
 
+@dataclass
+class AttachedServer:
+    """A server this session did not start (`EVALFLOW_TEST_SERVER`, from `python -m tests.server`):
+    used as the shared one, never stopped."""
+
+    base_url: str
+    model: PreparedModel
+    cfg: ServerConfig = field(default_factory=lambda: SHARED_SERVER)
+
+    def alive(self) -> bool:
+        try:
+            return httpx.get(f"{self.base_url}/models", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
 @pytest.fixture(scope="session")
-def vllm_server(smollm2: PreparedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+def vllm_server(
+    smollm2: PreparedModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VLLMServer | AttachedServer]:
+    """The lane's one shared vLLM server: every test that only needs "a server" uses this one."""
+    attached = os.environ.get(TEST_SERVER_VAR)
+    if attached:
+        server = AttachedServer(attached.rstrip("/"), smollm2)
+        assert server.alive(), f"{TEST_SERVER_VAR}={attached} does not answer: start it with python -m tests.server"
+        yield server
+        return
     runtime = ensure_runtime("auto")
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    # with the cpu-smoke block's tool calling (hermes parser + SmolLM2's template with tools): requests
-    # without tools render and sample exactly as with the model's own template
-    cfg = ServerConfig(
-        extra_args=FAST_START + NO_JSON_WHITESPACE, tool_call_parser="hermes", chat_template=SMOLLM2_TOOLS_TEMPLATE
-    )
-    server = VLLMServer(runtime, smollm2, cfg, log)
-    server.start()
-    yield server
-    server.stop()
+    started = VLLMServer(runtime, smollm2, SHARED_SERVER, log)
+    started.start()
+    yield started
+    started.stop()
 
 
 @pytest.fixture(scope="session")
-def endpoint(vllm_server: VLLMServer) -> Endpoint:
+def endpoint(vllm_server: VLLMServer | AttachedServer) -> Endpoint:
     return Endpoint(vllm_server.base_url, vllm_server.model.served_name)
 
 
