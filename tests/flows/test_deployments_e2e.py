@@ -5,104 +5,22 @@ read through the Prefect API."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tasks.serving.server import Endpoint
-from tests.cli.conftest import EVALFLOW
-from tests.conftest import REPO_ROOT, wait_for
+from tests.conftest import wait_for
 from tests.faultproxy import FaultProxy
+from tests.flows.conftest import Deployed
 from tests.flows.test_resume_e2e import cache_records, config_data, pairs
 
 pytestmark = pytest.mark.e2e
-
-
-class Deployed:
-    """The deployed project: the API, the environment of its CLI and workers, the run store."""
-
-    def __init__(self, api: str, home: Path, store: Path) -> None:
-        self.api, self.store = api, store
-        self.env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(home), "EVALFLOW_STORE_URL": str(store)}
-        self.workers: dict[str, subprocess.Popen[bytes]] = {}
-
-    def call(self, fn: Any) -> Any:
-        from prefect.client.orchestration import PrefectClient
-
-        async def go() -> Any:
-            async with PrefectClient(self.api) as client:
-                return await fn(client)
-
-        return asyncio.run(go())
-
-    def ops(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        """`evalflow local ARGS...`, the installed command."""
-        return subprocess.run([EVALFLOW, "local", *args], cwd=REPO_ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
-
-    def start_worker(self, pool: str) -> subprocess.Popen[bytes]:
-        log = (self.store.parent / f"worker-{pool}.log").open("ab")
-        self.workers[pool] = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-            cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        return self.workers[pool]
-
-    def deployment(self, name: str) -> Any:
-        return self.call(lambda c: c.read_deployment_by_name(name))
-
-    def params(self, name: str) -> dict[str, Any]:
-        return json.loads(json.dumps(self.deployment(name).parameters))
-
-    def flow_run(self, flow_run_id: Any) -> Any:
-        return self.call(lambda c: c.read_flow_run(flow_run_id))
-
-    def finished(self, flow_run_id: Any, timeout: float) -> Any:
-        def final() -> Any:
-            run = self.flow_run(flow_run_id)
-            return run if run.state.is_final() else None
-
-        return wait_for(final, timeout, f"flow run {flow_run_id} to finish", interval=1.0)
-
-    def task_runs(self, flow_run_ids: list[Any], name: str) -> list[Any]:
-        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterName
-
-        return self.call(lambda c: c.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=flow_run_ids)),
-            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=name)),
-        ))  # fmt: skip
-
-    def artifacts(self, flow_run_id: Any) -> dict[str, Any]:
-        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-        found = self.call(lambda c: c.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-        ))  # fmt: skip
-        return {a.key: a for a in found}
-
-
-@pytest.fixture(scope="module")
-def deployed(prefect_server: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    api, _ = prefect_server
-    root = tmp_path_factory.mktemp("deployed")
-    project = Deployed(api, root / "home", root / "store")
-    out = project.ops("deploy", timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    for pool in ("evalflow-cpu", "evalflow-gpu"):
-        project.start_worker(pool)
-    yield project
-    for proc in project.workers.values():  # the worker and any flow-run process it started
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def run_id_of(output: str) -> str:
@@ -225,12 +143,14 @@ def test_bad_parameters_fail_before_any_server_naming_the_field(deployed: Deploy
 
 
 def test_sweep_runs_each_point_through_the_deployment_converting_once(deployed: Deployed, tmp_path: Path) -> None:
+    """Two points (the 2 x 2 grid's expansion is tests/flows/test_sweep.py's): each a child flow run of
+    eval/smoke with its own managed server; the model is converted once, by the sweep."""
     params = deployed.params("sweep/temperature")
     config = params["config"]
     config["model"]["cache_dir"] = str(tmp_path / "checkpoints")  # a fresh conversion cache
     config["benchmarks"][0].update(limit=2)
     config["sampling"]["max_tokens"] = 32
-    grid = {"sampling.temperature": [0.6, 1.0], "benchmarks.0.repeats": [1, 2]}
+    grid = {"benchmarks.0.repeats": [1, 2]}
     out = deployed.ops("run", "sweep/temperature", "--param", f"config={json.dumps(config)}",
                        "--param", f"grid={json.dumps(grid)}", timeout=1500)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -241,16 +161,15 @@ def test_sweep_runs_each_point_through_the_deployment_converting_once(deployed: 
     children = deployed.call(lambda c: c.read_flow_runs(
         flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[sweep_run]))
     ))  # fmt: skip
-    assert len(children) == 4 and all(c.state.is_completed() for c in children)
+    assert len(children) == 2 and all(c.state.is_completed() for c in children)
     assert {c.deployment_id for c in children} == {deployed.deployment("eval/smoke").id}
     # one conversion: the sweep converted, every child found it cached
     prepares = deployed.task_runs([sweep_run, *(c.id for c in children)], "prepare-model%")
-    assert sorted(t.state.name for t in prepares) == ["Cached"] * 4 + ["Completed"]
+    assert sorted(t.state.name for t in prepares) == ["Cached"] * 2 + ["Completed"]
     assert len([p for p in (tmp_path / "checkpoints").iterdir() if p.is_dir() and not p.name.startswith(".")]) == 1
 
     sweep = json.loads(next((deployed.store / "sweeps").glob("*/sweep.json")).read_text())
-    assert sorted((p["values"]["sampling.temperature"], p["values"]["benchmarks.0.repeats"]) for p in sweep["points"]) \
-        == [(0.6, 1), (0.6, 2), (1.0, 1), (1.0, 2)]  # fmt: skip
+    assert sorted(p["values"]["benchmarks.0.repeats"] for p in sweep["points"]) == [1, 2]
     rollouts = {p["values"]["benchmarks.0.repeats"]: p["headline"]["gsm8k"]["rollouts"] for p in sweep["points"]}
     assert rollouts == {1: 2, 2: 4}
     assert all(p["state"] == "Completed" and (deployed.store / p["report"]).is_file() for p in sweep["points"])
@@ -280,18 +199,15 @@ def test_retry_of_a_crashed_deployment_run_collects_only_lost_batches(
             return False
 
         wait_for(two_batches_persisted, 600, "two persisted batches", interval=0.5)
-        worker = deployed.workers["evalflow-cpu"]
-        worker_log = deployed.store.parent / "worker-evalflow-cpu.log"
+        worker, pid = wait_for(lambda: deployed.flow_run_process(flow_run.id), 30, "the flow-run process")
+        worker_log = deployed.worker_log(worker)
 
         def worker_advice() -> int:
             text = worker_log.read_text(errors="replace")
             return text.count("prefect.flow_runs.worker - Check whether the flow run exceeded its memory")
 
         advice_before = worker_advice()
-        children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()
-        assert children, "no flow-run process under the worker"
-        for pid in children:
-            os.kill(int(pid), signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         # the worker sees its process die and reports the crash (set it, as an operator would, if not)
         try:
             wait_for(lambda: deployed.flow_run(flow_run.id).state.is_crashed(), 60, "the worker to report the crash")

@@ -13,7 +13,7 @@ import pytest
 from core.config import EvalConfig
 from flows.eval import eval_flow
 from tasks.serving.server import Endpoint, ServerStartError
-from tests.conftest import FAST_START, group_alive
+from tests.conftest import FAST_START
 
 pytestmark = pytest.mark.e2e
 
@@ -66,21 +66,6 @@ def test_flow_against_shared_server(endpoint: Endpoint, prefect_home: Path, tmp_
     assert f'src="../../static/{plotly.name}"' in page and plotly.stat().st_size > 1_000_000
     assert len(page) < 1_000_000 and (run_dir / "rollouts.html").exists()
     assert f"{bench['accuracy']:.3f}" in (run_dir / "report.md").read_text()
-
-
-def test_managed_server_is_stopped_and_a_cached_rerun_starts_none(smollm2, prefect_home: Path, tmp_path: Path) -> None:
-    result = asyncio.run(eval_flow(small_config(tmp_path)))
-    server = result["server"]
-    assert server["pid"] and not group_alive(server["pid"])
-    assert Path(server["log"]).read_text().strip()
-    assert result["metrics"]["benchmarks"]["gsm8k"]["n_rollouts"] == 8
-
-    again = asyncio.run(eval_flow(small_config(tmp_path)))  # same inputs: straight to analysis
-    assert again["server"] == {}
-    assert again["batches"] == {"total": 2, "cached": 2}
-    assert again["metrics"]["benchmarks"]["gsm8k"] == result["metrics"]["benchmarks"]["gsm8k"]
-    assert Path(again["run_dir"]) != Path(result["run_dir"])
-    assert len(list(Path(again["run_dir"]).glob("rollouts/gsm8k/*.parquet"))) == 2
 
 
 def test_server_that_exits_at_startup_fails_fast_with_its_log(smollm2, prefect_home: Path, tmp_path: Path) -> None:

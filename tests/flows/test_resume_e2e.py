@@ -21,7 +21,7 @@ import yaml
 from core.config import EvalConfig
 from flows.eval import eval_flow, plan_run
 from tasks.serving.server import Endpoint, VLLMServer
-from tests.conftest import FAST_START, REPO_ROOT
+from tests.conftest import FAST_START, REPO_ROOT, group_alive
 from tests.faultproxy import FaultProxy, Faults
 
 pytestmark = pytest.mark.e2e
@@ -135,11 +135,12 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
 
 
 def test_transient_faults_lose_no_rollout(endpoint: Endpoint, prefect_home: Path, tmp_path: Path) -> None:
-    faults = Faults(error_rate=0.10, reset_rate=0.05, stall_rate=0.05, stall_s=40.0, seed=7)
+    # a stalled request outlasts the request timeout (a 48-token answer takes about a second here)
+    faults = Faults(error_rate=0.10, reset_rate=0.05, stall_rate=0.05, stall_s=20.0, seed=7)
     proxy = FaultProxy(endpoint.base_url.removesuffix("/v1"), faults).start()
     try:
         data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
-        data["collection"] = {**data["collection"], "request_timeout_s": 30.0, "max_request_retries": 6}
+        data["collection"] = {**data["collection"], "request_timeout_s": 10.0, "max_request_retries": 6}
         data["sampling"] = {**data["sampling"], "max_tokens": 48}
         result = run(data)
     finally:
@@ -151,7 +152,9 @@ def test_transient_faults_lose_no_rollout(endpoint: Endpoint, prefect_home: Path
     assert len(pairs(result["run_dir"])) == 16
 
 
-def test_watchdog_restarts_a_server_killed_mid_run(smollm2, prefect_home: Path, tmp_path: Path) -> None:
+def test_a_managed_server_killed_mid_run_is_restarted_stopped_at_the_end_and_a_cached_rerun_starts_none(
+    smollm2, prefect_home: Path, tmp_path: Path
+) -> None:
     data = config_data(tmp_path / "store", "http://unused", smollm2.served_name)
     data["model"] = {}
     data["server"] = {"mode": "managed", "extra_args": FAST_START, "max_restarts": 1}
@@ -175,3 +178,14 @@ def test_watchdog_restarts_a_server_killed_mid_run(smollm2, prefect_home: Path, 
     assert result["server"]["restarts"] == 1
     assert result["metrics"]["benchmarks"]["gsm8k"]["n_rollouts"] == 16
     assert result["metrics"]["benchmarks"]["gsm8k"]["error_count"] == 0
+    # the restarted server is stopped with the run, and it logged
+    server = result["server"]
+    assert server["pid"] and server["pid"] != killed[0] and not group_alive(server["pid"])
+    assert Path(server["log"]).read_text().strip()
+
+    again = run(data)  # same inputs: straight to analysis, no server started
+    assert again["server"] == {}
+    assert again["batches"] == {"total": 4, "cached": 4}
+    assert again["metrics"]["benchmarks"]["gsm8k"] == result["metrics"]["benchmarks"]["gsm8k"]
+    assert Path(again["run_dir"]) != Path(result["run_dir"])
+    assert len(list(Path(again["run_dir"]).glob("rollouts/gsm8k/*.parquet"))) == 4

@@ -172,6 +172,14 @@ def test_collect_all_reports_rollouts_as_they_finish_on_a_time_cadence(
     )
 
 
+def test_the_default_cadence_is_every_10_s_everywhere() -> None:
+    """README: a progress line every 10 s. The e2e lane checks the cadence on a real flow run's logs at
+    a shorter `collection.progress_interval_s` (tests/flows/test_progress_e2e.py); this pins the default."""
+    from tasks.collection.progress import PROGRESS_INTERVAL_S
+
+    assert CollectionConfig().progress_interval_s == PROGRESS_INTERVAL_S == Progress(1).interval_s == 10.0
+
+
 def test_line_format() -> None:
     progress = Progress(3200)
     progress.add_cached(200)
