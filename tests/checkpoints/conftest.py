@@ -1,18 +1,24 @@
-"""Fixtures for checkpoint preparation: DCP checkpoints written from the SmolLM2 weights (fp32, as RL
-runs save them) in both NeMo RL layouts, and an S3 server (moto) on loopback."""
+"""Fixtures for checkpoint preparation: a small model cut from SmolLM2 (its first two layers, its
+tokenizer), DCP checkpoints written from it (fp32, as RL runs save them) in both NeMo RL layouts, and
+an S3 server (moto) on loopback. The conversion code does the same work per tensor whatever the depth;
+two layers instead of 30 make each checkpoint 150 MB instead of 540 MB, so the fast lane converts,
+uploads and hashes a quarter of the bytes. The e2e lane serves a DCP of the whole model
+(test_ckpt_serve_e2e.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tasks.checkpoints.prepare import PreparedModel
+from core.config import ModelConfig
+from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.checkpoints.runner import run_script
 from tasks.runtime.venv import Runtime, ensure_runtime
 
@@ -39,21 +45,57 @@ def build_dcp(
     return run_script(runtime, "hf_to_dcp.py", args, f"writing a DCP checkpoint to {step}")
 
 
+SMALL_LAYERS = 2
+
+
+CUT = """
+import json, shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+src, dst, layers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+def kept(name):
+    parts = name.split(".")
+    return not (parts[:2] == ["model", "layers"] and int(parts[2]) >= layers)
+tensors = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if kept(k)}
+save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+config = json.loads((src / "config.json").read_text())
+(dst / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}, indent=2, sort_keys=True) + "\\n")
+for file in src.iterdir():
+    if file.name not in ("model.safetensors", "config.json") and not file.name.startswith("evalflow-"):
+        shutil.copy2(file, dst / file.name)
+"""
+
+
+def cut_model(runtime: Runtime, src: Path, dst: Path, layers: int) -> Path:
+    """`src` (an HF folder with one safetensors file) cut to its first `layers` decoder layers, written by
+    safetensors as a converter writes (the runtime's torch): config.json says so, the tokenizer as it is."""
+    dst.mkdir(parents=True)
+    subprocess.run([str(runtime.python), "-c", CUT, str(src), str(dst), str(layers)], check=True, env=runtime.env())
+    return dst
+
+
 @pytest.fixture(scope="session")
-def dcp_nemo(smollm2: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base_model(smollm2: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> PreparedModel:
+    """The small model as an HF folder (served in place): the original every DCP here is written from."""
+    folder = cut_model(runtime, Path(smollm2.path), tmp_path_factory.mktemp("base") / "smollm2-2l", SMALL_LAYERS)
+    return prepare_model_impl(ModelConfig(source=str(folder), cache_dir=str(folder.parent / "cache")))
+
+
+@pytest.fixture(scope="session")
+def dcp_nemo(base_model: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """run-a/step_1: NeMo RL layout (policy/weights/, keys under `model.`, two shard files);
     config.yaml names the original folder as policy.model_name."""
     step = tmp_path_factory.mktemp("dcp") / "run-a" / "step_1"
-    build_dcp(runtime, smollm2.path, step, "nemo-rl", files=2)
+    build_dcp(runtime, base_model.path, step, "nemo-rl", files=2)
     return step
 
 
 @pytest.fixture(scope="session")
-def dcp_flat(smollm2: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dcp_flat(base_model: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """run-b/step_1: flat layout (policy/weights/model/, HF names); config.yaml names a hub model,
     which cannot be fetched here: model.config_path must be given."""
     step = tmp_path_factory.mktemp("dcp") / "run-b" / "step_1"
-    build_dcp(runtime, smollm2.path, step, "flat", model_name=HUB_NAME)
+    build_dcp(runtime, base_model.path, step, "flat", model_name=HUB_NAME)
     return step
 
 

@@ -67,11 +67,11 @@ def test_a_corrupt_shard_is_named_and_nothing_is_cached(
 
 
 def test_a_corrupt_shard_saved_without_crcs_names_the_checkpoint(
-    smollm2: PreparedModel, runtime: Runtime, tmp_path: Path
+    base_model: PreparedModel, runtime: Runtime, tmp_path: Path
 ) -> None:
     """Without CRCs (a writer may turn them off) only torch notices, inside a CheckpointException."""
     step = tmp_path / "run" / "step_1"
-    build_dcp(runtime, smollm2.path, step, "nemo-rl", crc=False)
+    build_dcp(runtime, base_model.path, step, "nemo-rl", crc=False)
     flip(step / WEIGHTS / "__0_0.distcp", 0x40)
     cache = tmp_path / "cache"
     message = failure(ModelConfig(source=str(step), cache_dir=str(cache)))
@@ -83,11 +83,11 @@ def test_a_corrupt_shard_saved_without_crcs_names_the_checkpoint(
 
 
 def test_a_relative_model_name_resolves_against_the_checkpoint_not_the_current_folder(
-    dcp_nemo: Path, smollm2: PreparedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dcp_nemo: Path, base_model: PreparedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ckpts = tmp_path / "ckpts"
     step = link_step(dcp_nemo, ckpts / "run" / "step_1", own=("config.yaml",))  # rewritten below
-    (ckpts / "base").symlink_to(smollm2.path)  # the model the run started from, next to the run
+    (ckpts / "base").symlink_to(base_model.path)  # the model the run started from, next to the run
     for name in (step / "policy/tokenizer").iterdir():  # so the tokenizer too comes from policy.tokenizer.name
         name.unlink()
     (step / "policy/tokenizer").rmdir()
@@ -97,7 +97,7 @@ def test_a_relative_model_name_resolves_against_the_checkpoint_not_the_current_f
     monkeypatch.chdir(elsewhere)  # ../../base from here is tmp_path/base: not there
 
     plan = plan_model(ModelConfig(source=str(step), cache_dir=str(tmp_path / "cache")))
-    base = str(Path(smollm2.path).resolve())
+    base = str(Path(base_model.path).resolve())
     assert (plan["convert"]["config_dir"], plan["convert"]["tokenizer_dir"]) == (base, base)
     assert plan["convert"]["policy_model_name"] == "../../base"
 

@@ -17,7 +17,7 @@ from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import MARKER, folder_fingerprint
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model_impl
 from tasks.runtime.venv import Runtime
-from tests.checkpoints.conftest import build_dcp, cache_entries, copy_step
+from tests.checkpoints.conftest import SMALL_LAYERS, build_dcp, cache_entries, copy_step
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,12 +30,12 @@ def nemo_cache(dcp_nemo: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 
 def test_both_layouts_convert_to_exactly_the_original_folder(
-    smollm2: PreparedModel, dcp_nemo: Path, dcp_flat: Path, nemo_cache: tuple[Path, PreparedModel], tmp_path: Path
+    base_model: PreparedModel, dcp_nemo: Path, dcp_flat: Path, nemo_cache: tuple[Path, PreparedModel], tmp_path: Path
 ) -> None:
     cache, nemo = nemo_cache
     assert (nemo.kind, nemo.served_name, nemo.cache_hit) == ("dcp", "run-a-step_1", False)
     # fp32 DCP -> bf16 safetensors, lm_head dropped, same config/tokenizer files: bit-identical to the original
-    assert nemo.fingerprint == smollm2.fingerprint
+    assert nemo.fingerprint == base_model.fingerprint
     marker = json.loads((Path(nemo.path) / MARKER).read_text())
     assert marker["converter"]["key_prefix_stripped"] is True
     assert marker["converter"]["dropped_tied"] == ["lm_head.weight"]
@@ -46,10 +46,10 @@ def test_both_layouts_convert_to_exactly_the_original_folder(
 
     # the flat layout, pointed at its weights folder; config.yaml names a hub model: config given explicitly
     flat = prepare_model_impl(
-        ModelConfig(source=str(dcp_flat / "policy/weights/model"), config_path=smollm2.path, cache_dir=str(cache))
+        ModelConfig(source=str(dcp_flat / "policy/weights/model"), config_path=base_model.path, cache_dir=str(cache))
     )
     assert (flat.kind, flat.served_name) == ("dcp", "run-b-step_1")
-    assert flat.fingerprint == smollm2.fingerprint
+    assert flat.fingerprint == base_model.fingerprint
     assert json.loads((Path(flat.path) / MARKER).read_text())["converter"]["key_prefix_stripped"] is False
     assert flat.path != nemo.path  # different sources (key names differ), same served content
 
@@ -87,7 +87,9 @@ def test_plan_reports_without_converting(
     cache, nemo = nemo_cache
     hit = plan_model(ModelConfig(source=str(dcp_nemo), cache_dir=str(cache)))
     assert (hit["kind"], hit["cache"], hit["target"], hit["fingerprint"]) == ("dcp", "hit", nemo.path, nemo.fingerprint)
-    assert hit["layout"].startswith("nemo-rl") and hit["convert"]["bytes"] > 600e6
+    shards = sum(f.stat().st_size for f in dcp_nemo.rglob("*.distcp"))  # the fp32 weights to read
+    everything = sum(f.stat().st_size for f in dcp_nemo.rglob("*") if f.is_file())
+    assert hit["layout"].startswith("nemo-rl") and shards <= hit["convert"]["bytes"] <= everything
 
     fresh = tmp_path / "fresh"
     miss = plan_model(ModelConfig(source=str(dcp_nemo), cache_dir=str(fresh), dtype="float16"))
@@ -109,7 +111,7 @@ def test_force_converts_again(dcp_nemo: Path, nemo_cache: tuple[Path, PreparedMo
 
 
 def test_same_content_elsewhere_hits_and_a_new_checkpoint_at_the_same_path_misses(
-    smollm2: PreparedModel, runtime: Runtime, nemo_cache: tuple[Path, PreparedModel], tmp_path: Path
+    base_model: PreparedModel, runtime: Runtime, nemo_cache: tuple[Path, PreparedModel], tmp_path: Path
 ) -> None:
     cache, nemo = nemo_cache
     step = copy_step(Path(nemo.source), tmp_path / "run-c" / "step_1")
@@ -118,14 +120,14 @@ def test_same_content_elsewhere_hits_and_a_new_checkpoint_at_the_same_path_misse
 
     # the RL run writes a new checkpoint to the same path: new key, new folder, new fingerprint
     shutil.rmtree(step)
-    build_dcp(runtime, smollm2.path, step, "nemo-rl", files=2, noise_seed=1)
+    build_dcp(runtime, base_model.path, step, "nemo-rl", files=2, noise_seed=1)
     changed = prepare_model_impl(ModelConfig(source=str(step), cache_dir=str(cache)))
     assert not changed.cache_hit
     assert changed.path != nemo.path and changed.fingerprint != nemo.fingerprint
     assert Path(nemo.path, MARKER).exists()  # the earlier conversion is still there for its content
 
 
-def test_output_dir_and_skip(dcp_nemo: Path, smollm2: PreparedModel, tmp_path: Path) -> None:
+def test_output_dir_and_skip(dcp_nemo: Path, base_model: PreparedModel, tmp_path: Path) -> None:
     out = tmp_path / "served"
     cfg = ModelConfig(source=str(dcp_nemo), output_dir=str(out), cache_dir=str(tmp_path / "cache"))
     model = prepare_model_impl(cfg)
@@ -149,18 +151,18 @@ def test_output_dir_and_skip(dcp_nemo: Path, smollm2: PreparedModel, tmp_path: P
         prepare_model_impl(ModelConfig(source=str(dcp_nemo), skip=True))
 
 
-def test_an_hf_folder_is_served_in_place_and_validated_once(smollm2: PreparedModel, tmp_path: Path) -> None:
-    cfg = ModelConfig(source=smollm2.path, cache_dir=str(tmp_path / "cache"))
+def test_an_hf_folder_is_served_in_place_and_validated_once(base_model: PreparedModel, tmp_path: Path) -> None:
+    cfg = ModelConfig(source=base_model.path, cache_dir=str(tmp_path / "cache"))
     first = prepare_model_impl(cfg)
     assert (first.kind, first.path, first.fingerprint, first.cache_hit) == (
         "hf",
-        smollm2.path,
-        smollm2.fingerprint,
+        base_model.path,
+        base_model.fingerprint,
         False,
     )
     assert prepare_model_impl(cfg).cache_hit  # validated before (memo), same content
-    skipped = prepare_model_impl(ModelConfig(source=smollm2.path, skip=True, cache_dir=str(tmp_path / "cache")))
-    assert skipped.fingerprint == smollm2.fingerprint
+    skipped = prepare_model_impl(ModelConfig(source=base_model.path, skip=True, cache_dir=str(tmp_path / "cache")))
+    assert skipped.fingerprint == base_model.fingerprint
 
 
 # --- failures: a clear error and no cache entry ------------------------------------------------------
@@ -188,18 +190,18 @@ def test_missing_metadata(dcp_nemo: Path, tmp_path: Path) -> None:
     assert cache_entries(cache) == []
 
 
-def test_config_that_does_not_match_the_tensors(dcp_nemo: Path, smollm2: PreparedModel, tmp_path: Path) -> None:
+def test_config_that_does_not_match_the_tensors(dcp_nemo: Path, base_model: PreparedModel, tmp_path: Path) -> None:
     wrong = tmp_path / "wrong-config"
     wrong.mkdir()
-    config = json.loads(Path(smollm2.path, "config.json").read_text())
-    config.update(num_hidden_layers=28, intermediate_size=1024)
+    config = json.loads(Path(base_model.path, "config.json").read_text())
+    config.update(num_hidden_layers=SMALL_LAYERS - 1, intermediate_size=1024)  # a layer short, narrower MLPs
     (wrong / "config.json").write_text(json.dumps(config))
     cache = tmp_path / "cache"
     with pytest.raises(CheckpointError) as info:
         prepare_model_impl(ModelConfig(source=str(dcp_nemo), config_path=str(wrong), cache_dir=str(cache)))
     message = str(info.value)
     assert "do not match the architecture" in message
-    assert "unexpected, e.g. model.layers.28." in message
+    assert f"unexpected, e.g. model.layers.{SMALL_LAYERS - 1}." in message
     assert "model.layers.0.mlp.down_proj.weight: checkpoint [576, 1536], architecture [576, 1024]" in message
     assert cache_entries(cache) == []
 
@@ -215,7 +217,7 @@ def test_hub_model_name_without_config_path(dcp_flat: Path, tmp_path: Path, monk
     assert cache_entries(cache) == []
 
 
-def test_the_prefect_task_is_cached_by_content(prefect_home: Path, smollm2: PreparedModel, tmp_path: Path) -> None:
+def test_the_prefect_task_is_cached_by_content(prefect_home: Path, base_model: PreparedModel, tmp_path: Path) -> None:
     from prefect import flow
 
     from tasks.checkpoints.prepare import prepare_model
@@ -224,8 +226,8 @@ def test_the_prefect_task_is_cached_by_content(prefect_home: Path, smollm2: Prep
     def prepare_twice(cfg: ModelConfig) -> tuple:
         return prepare_model(cfg, return_state=True), prepare_model(cfg, return_state=True)
 
-    first, second = prepare_twice(ModelConfig(source=smollm2.path, cache_dir=str(tmp_path / "cache")))
+    first, second = prepare_twice(ModelConfig(source=base_model.path, cache_dir=str(tmp_path / "cache")))
     assert first.is_completed() and second.name == "Cached"
     assert second.result() == first.result()
-    forced = prepare_twice(ModelConfig(source=smollm2.path, cache_dir=str(tmp_path / "cache"), force=True))
+    forced = prepare_twice(ModelConfig(source=base_model.path, cache_dir=str(tmp_path / "cache"), force=True))
     assert [state.name for state in forced] == ["Completed", "Completed"]  # force: never from the cache

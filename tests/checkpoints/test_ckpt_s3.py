@@ -75,7 +75,7 @@ def test_download_key_follows_the_etag(s3: dict[str, Any]) -> None:
 
 
 def test_dcp_on_s3_is_downloaded_once_and_converted(
-    dcp_flat: Path, smollm2: PreparedModel, s3: dict[str, Any], tmp_path: Path
+    dcp_flat: Path, base_model: PreparedModel, s3: dict[str, Any], tmp_path: Path
 ) -> None:
     fs = s3fs_of(s3)
     fs.mkdir("ckpt")
@@ -84,7 +84,7 @@ def test_dcp_on_s3_is_downloaded_once_and_converted(
     config = tmp_path / "config"
     config.mkdir()
     for name in ("config.json", "generation_config.json"):
-        shutil.copyfile(Path(smollm2.path, name), config / name)
+        shutil.copyfile(Path(base_model.path, name), config / name)
     fs.put(str(config) + "/", "ckpt/smollm2-config/", recursive=True)
 
     cache = tmp_path / "cache"
@@ -96,12 +96,15 @@ def test_dcp_on_s3_is_downloaded_once_and_converted(
     )
     plan = plan_model(cfg)
     assert (plan["kind"], plan["cache"], plan["download"]["cached"]) == ("dcp", "unknown", False)
-    assert plan["download"]["bytes"] > 600e6 and plan["action"].startswith("download")
+    weights = sum(f.stat().st_size for f in (dcp_flat / "policy/weights").rglob("*") if f.is_file())
+    step = sum(f.stat().st_size for f in dcp_flat.rglob("*") if f.is_file())  # weights, tokenizer, config.yaml
+    assert weights > 100e6 and plan["action"].startswith("download")
+    assert weights <= plan["download"]["bytes"] <= step  # not the optimizer state (1 MB, only on S3)
     assert cache_entries(cache) == []  # the dry run downloaded nothing
 
     model = prepare_model_impl(cfg)
     assert (model.kind, model.served_name, model.cache_hit) == ("dcp", "run-b-step_1", False)
-    assert model.fingerprint == smollm2.fingerprint  # the same bytes as the local round trip
+    assert model.fingerprint == base_model.fingerprint  # the same bytes as the local round trip
     downloads = [p for p in (cache / "downloads").iterdir() if p.is_dir()]
     assert len(downloads) == 2  # the checkpoint and the config folder
     fetched = {p.relative_to(d).as_posix() for d in downloads for p in d.rglob("*") if p.is_file()}
@@ -141,17 +144,17 @@ def test_gguf_on_s3_reuses_the_conversion_of_the_same_bytes(
 
 
 def test_hf_folder_on_s3_is_downloaded_and_served_in_place(
-    smollm2: PreparedModel, s3: dict[str, Any], tmp_path: Path
+    base_model: PreparedModel, s3: dict[str, Any], tmp_path: Path
 ) -> None:
     fs = s3fs_of(s3)
     fs.mkdir("ckpt-hf")
-    fs.put(smollm2.path + "/", "ckpt-hf/smollm2/", recursive=True)
+    fs.put(base_model.path + "/", "ckpt-hf/smollm2/", recursive=True)
     fs.pipe("ckpt-hf/smollm2/original/consolidated.pth", b"\0" * 1000)  # sub-folders are not served: not fetched
     cache = tmp_path / "cache"
     cfg = ModelConfig(source="s3://ckpt-hf/smollm2", storage_options=s3, cache_dir=str(cache))
     model = prepare_model_impl(cfg)
     assert (model.kind, model.served_name) == ("hf", "smollm2")
-    assert model.fingerprint == smollm2.fingerprint  # the download marker is a dot-file: not served, not hashed
+    assert model.fingerprint == base_model.fingerprint  # the download marker is a dot-file: not served, not hashed
     assert Path(model.path).parent == cache / "downloads" and not (Path(model.path) / "original").exists()
     again = prepare_model_impl(cfg)
     assert again.cache_hit and again.path == model.path

@@ -15,6 +15,7 @@ from tasks.checkpoints.light_check import safetensors_header
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime.venv import Runtime
 from tasks.serving.server import Endpoint, VLLMServer
+from tests.checkpoints.conftest import build_dcp
 from tests.conftest import FAST_START
 
 pytestmark = pytest.mark.e2e
@@ -47,17 +48,25 @@ def tensor_bytes(folder: Path) -> dict[str, bytes]:
     return out
 
 
+@pytest.fixture(scope="module")
+def dcp_full(smollm2: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole default model (not the fast lane's two-layer cut) as a NeMo RL DCP checkpoint."""
+    step = tmp_path_factory.mktemp("dcp-full") / "run-a" / "step_1"
+    build_dcp(runtime, smollm2.path, step, "nemo-rl", files=2)
+    return step
+
+
 def test_converted_dcp_serves_like_the_original(
     smollm2: PreparedModel,
     endpoint: Endpoint,
-    dcp_nemo: Path,
+    dcp_full: Path,
     runtime: Runtime,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(jobs, "MAX_SHARD_BYTES", 100_000_000)  # several shards + index: vLLM's harder case
     model = prepare_model_impl(
-        ModelConfig(source=str(dcp_nemo), cache_dir=str(tmp_path / "cache"), served_name="dcp-step-1")
+        ModelConfig(source=str(dcp_full), cache_dir=str(tmp_path / "cache"), served_name="dcp-step-1")
     )
     folder = Path(model.path)
     index = json.loads((folder / "model.safetensors.index.json").read_text())

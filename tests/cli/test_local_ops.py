@@ -50,6 +50,11 @@ def test_block_types_register_from_any_directory(prefect_server: tuple[str, Path
 
 def test_local_blocks_saves_the_defaults_once(prefect_server: tuple[str, Path], tmp_path: Path) -> None:
     api, _ = prefect_server
+    # the lane's server is shared: start from none of evalflow's blocks (another test may have saved them)
+    documents = read(api, lambda c: c.read_block_documents())
+    for doc in documents:
+        if doc.block_type.slug.startswith("evalflow-"):
+            read(api, lambda c, doc_id=doc.id: c.delete_block_document(doc_id))
     store = tmp_path / "store"
     env = clean_env(PREFECT_API_URL=api, EVALFLOW_STORE_URL=str(store))
     first = subprocess.run([EVALFLOW, "local", "blocks"], cwd=tmp_path, env=env, capture_output=True, text=True,
