@@ -3,6 +3,8 @@ shared by every end-to-end test."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -146,6 +148,32 @@ def vllm_server(
 @pytest.fixture(scope="session")
 def endpoint(vllm_server: VLLMServer | AttachedServer) -> Endpoint:
     return Endpoint(vllm_server.base_url, vllm_server.model.served_name)
+
+
+@contextlib.contextmanager
+def moto_s3(*buckets: str) -> Iterator[str]:
+    """A moto S3 server on loopback with `buckets` made (credentials: testing/testing); yields its URL."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        client = boto3.client(
+            "s3",
+            endpoint_url=url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        for bucket in buckets:
+            client.create_bucket(Bucket=bucket)
+        yield url
+    finally:
+        server.stop()
 
 
 def group_alive(pgid: int) -> bool:

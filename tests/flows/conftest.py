@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.cli.conftest import EVALFLOW
-from tests.conftest import REPO_ROOT, wait_for
+from tests.conftest import REPO_ROOT, moto_s3, wait_for
 
 BUCKET = "evalflow-shards"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -108,19 +108,8 @@ class Deployed:
 
 @pytest.fixture(scope="session")
 def s3_url() -> Iterator[str]:
-    """A moto S3 server on loopback with the shard tests' bucket; credentials come from CREDENTIALS."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    boto3.client(
-        "s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).create_bucket(Bucket=BUCKET)
-    yield url
-    server.stop()
+    with moto_s3(BUCKET) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ the store and a Prefect server."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 
 from core.store import Store
 from tasks.collection.lease import LockStoreError, StoreLeaseLockManager, lock_manager
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, moto_s3
 
 BUCKET = "evalflow-locks"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -26,18 +25,8 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 
 @pytest.fixture(scope="module")
 def s3_url() -> Iterator[str]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=BUCKET)  # fmt: skip
-    yield url
-    server.stop()
+    with moto_s3(BUCKET) as url:
+        yield url
 
 
 def options(url: str) -> dict[str, object]:

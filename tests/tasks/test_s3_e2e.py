@@ -8,7 +8,6 @@ index behind.
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import threading
 import urllib.error
@@ -27,6 +26,7 @@ from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.index import index_entry, update_index
 from tasks.reporting.report import write_report
 from tasks.reporting.serve import index_url, make_server, serve_in_thread
+from tests.conftest import moto_s3
 
 BUCKET = "evalflow-test"
 RUN_ID = "20250101-000000-s3test"
@@ -34,20 +34,8 @@ RUN_ID = "20250101-000000-s3test"
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    import boto3
-
-    boto3.client(
-        "s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).create_bucket(Bucket=BUCKET)
-    yield url
-    server.stop()
+    with moto_s3(BUCKET) as url:
+        yield url
 
 
 def analyze(files: list[str], store: Store) -> RunMetrics:
