@@ -181,12 +181,15 @@ class StoreLeaseLockManager:
         while not held.stop.wait(self.lease_s / 3):
             try:
                 held.etag = self._put(key, held.holder, IfMatch=held.etag)
-            except OSError as exc:
-                if _precondition_failed(exc):
+            except Exception as exc:  # the store unreachable for a moment (s3fs lets botocore's
+                # connection errors through untranslated): a renewer that died here would let the lease lapse
+                if isinstance(exc, OSError) and _precondition_failed(exc):
                     held.lost = True
                     get_logger().error("batch lock %s: lease taken over (this process stalled a whole lease)", key)
                     return
-                get_logger().warning("batch lock %s: renewing the lease failed (%s); retrying", key, exc)
+                get_logger().warning(
+                    "batch lock %s: renewing the lease failed (%s: %s); retrying", key, type(exc).__name__, exc
+                )
 
     # -- Prefect's LockManager protocol ------------------------------------------------------------
     def acquire_lock(

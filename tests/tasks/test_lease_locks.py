@@ -64,6 +64,29 @@ def test_a_renewed_lease_holds_past_its_length_and_a_dead_ones_is_taken_over(sto
     started = time.monotonic()
     assert waiter.acquire_lock("k", "w", acquire_timeout=10)
     assert 1.5 <= time.monotonic() - started < 6  # taken over once the lease expired unrenewed
+    waiter.release_lock("k", "w")  # its renewer stops before the store does
+
+
+def test_a_store_unreachable_for_a_moment_does_not_stop_the_renewals(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s3fs lets botocore's connection errors through as they are (not OSError): the renewer retries."""
+    from botocore.exceptions import EndpointConnectionError
+
+    holder, waiter = StoreLeaseLockManager(store, lease_s=1.5), StoreLeaseLockManager(store, lease_s=1.5)
+    assert holder.acquire_lock("k", "h")
+    real, failures = holder._put, [0]
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        if failures[0] < 2:  # the first two renewals (0.5 s apart) cannot reach the store
+            failures[0] += 1
+            raise EndpointConnectionError(endpoint_url=store.url)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(holder, "_put", flaky)
+    assert not waiter.acquire_lock("k", "w", acquire_timeout=4)  # still renewed after the outage
+    assert failures[0] == 2 and not holder._held["k"].lost
+    holder.release_lock("k", "h")
 
 
 def test_a_store_without_conditional_writes_fails_naming_it(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
