@@ -11,11 +11,12 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from core.config import ModelConfig
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
@@ -74,29 +75,57 @@ def cut_model(runtime: Runtime, src: Path, dst: Path, layers: int) -> Path:
     return dst
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """`build(folder)` run once per test session, whatever the number of xdist workers: the first worker
+    to ask builds under the session's shared temporary root (a file lock held), the others wait and reuse
+    it. The checkpoints here are read-only to the tests (they copy or hard-link what they change)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by every worker of this run
+    folder, done = root / "shared" / name, root / "shared" / f"{name}.done"
+    done.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(done) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way in another worker
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def base_model(smollm2: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> PreparedModel:
     """The small model as an HF folder (served in place): the original every DCP here is written from."""
-    folder = cut_model(runtime, Path(smollm2.path), tmp_path_factory.mktemp("base") / "smollm2-2l", SMALL_LAYERS)
-    return prepare_model_impl(ModelConfig(source=str(folder), cache_dir=str(folder.parent / "cache")))
+
+    def build(root: Path) -> None:
+        folder = cut_model(runtime, Path(smollm2.path), root / "smollm2-2l", SMALL_LAYERS)
+        prepare_model_impl(ModelConfig(source=str(folder), cache_dir=str(root / "cache")))  # validated once
+
+    root = built_once(tmp_path_factory, "base", build)
+    return prepare_model_impl(ModelConfig(source=str(root / "smollm2-2l"), cache_dir=str(root / "cache")))
 
 
 @pytest.fixture(scope="session")
 def dcp_nemo(base_model: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """run-a/step_1: NeMo RL layout (policy/weights/, keys under `model.`, two shard files);
     config.yaml names the original folder as policy.model_name."""
-    step = tmp_path_factory.mktemp("dcp") / "run-a" / "step_1"
-    build_dcp(runtime, base_model.path, step, "nemo-rl", files=2)
-    return step
+    root = built_once(
+        tmp_path_factory,
+        "dcp-nemo",
+        lambda d: build_dcp(runtime, base_model.path, d / "run-a" / "step_1", "nemo-rl", files=2),
+    )
+    return root / "run-a" / "step_1"
 
 
 @pytest.fixture(scope="session")
 def dcp_flat(base_model: PreparedModel, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """run-b/step_1: flat layout (policy/weights/model/, HF names); config.yaml names a hub model,
     which cannot be fetched here: model.config_path must be given."""
-    step = tmp_path_factory.mktemp("dcp") / "run-b" / "step_1"
-    build_dcp(runtime, base_model.path, step, "flat", model_name=HUB_NAME)
-    return step
+    root = built_once(
+        tmp_path_factory,
+        "dcp-flat",
+        lambda d: build_dcp(runtime, base_model.path, d / "run-b" / "step_1", "flat", model_name=HUB_NAME),
+    )
+    return root / "run-b" / "step_1"
 
 
 def copy_step(step: Path, dst: Path) -> Path:

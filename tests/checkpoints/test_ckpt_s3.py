@@ -23,6 +23,9 @@ from tasks.checkpoints.sources import find_default_gguf
 from tasks.runtime.venv import ensure_runtime
 from tests.checkpoints.conftest import cache_entries
 
+# distinctive values: "testing" (the fixture's) is also a word in the tokenizer's vocabulary
+SECRETS = {"key": "AKIAEVALFLOWKEY4C1D9A", "secret": "evalflow-secret-8b72e0f5", "token": "evalflow-token-5ab2c7"}
+
 
 def s3fs_of(options: dict[str, Any]) -> s3fs.S3FileSystem:
     return s3fs.S3FileSystem(endpoint_url=options["endpoint_url"], key=options["key"], secret=options["secret"])
@@ -74,8 +77,8 @@ def test_download_key_follows_the_etag(s3: dict[str, Any]) -> None:
     assert remote.download_key(first, ["model.gguf"]) != remote.download_key(second, ["model.gguf"])
 
 
-def test_dcp_on_s3_is_downloaded_once_and_converted(
-    dcp_flat: Path, base_model: PreparedModel, s3: dict[str, Any], tmp_path: Path
+def test_dcp_on_s3_is_downloaded_once_and_converted_and_its_credentials_reach_no_file_log_or_message(
+    dcp_flat: Path, base_model: PreparedModel, s3: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     fs = s3fs_of(s3)
     fs.mkdir("ckpt")
@@ -91,9 +94,10 @@ def test_dcp_on_s3_is_downloaded_once_and_converted(
     cfg = ModelConfig(
         source="s3://ckpt/run-b/step_1",
         config_path="s3://ckpt/smollm2-config",
-        storage_options=s3,
+        storage_options={**s3, **SECRETS},  # moto takes any credentials: these must not be written anywhere
         cache_dir=str(cache),
     )
+    caplog.set_level(logging.INFO)
     plan = plan_model(cfg)
     assert (plan["kind"], plan["cache"], plan["download"]["cached"]) == ("dcp", "unknown", False)
     weights = sum(f.stat().st_size for f in (dcp_flat / "policy/weights").rglob("*") if f.is_file())
@@ -105,6 +109,7 @@ def test_dcp_on_s3_is_downloaded_once_and_converted(
     model = prepare_model_impl(cfg)
     assert (model.kind, model.served_name, model.cache_hit) == ("dcp", "run-b-step_1", False)
     assert model.fingerprint == base_model.fingerprint  # the same bytes as the local round trip
+    assert "converting model.source s3://ckpt/run-b/step_1" in caplog.text  # the converter's logs are captured
     downloads = [p for p in (cache / "downloads").iterdir() if p.is_dir()]
     assert len(downloads) == 2  # the checkpoint and the config folder
     fetched = {p.relative_to(d).as_posix() for d in downloads for p in d.rglob("*") if p.is_file()}
@@ -121,6 +126,14 @@ def test_dcp_on_s3_is_downloaded_once_and_converted(
     print(f"S3 checkpoint, second request: {seconds * 1000:.0f} ms (listing only)")
     assert again.cache_hit and again.path == model.path and seconds < 2.0
     assert plan_model(cfg)["cache"] == "hit"
+
+    with pytest.raises(CheckpointError) as error:
+        prepare_model_impl(cfg.model_copy(update={"source": "s3://ckpt/nothing/step_1"}))
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    assert {MARKER, remote.DOWNLOAD_MARKER} <= {p.name for p in files}
+    for value in SECRETS.values():
+        assert not [p for p in files if value.encode() in p.read_bytes()], value
+        assert value not in caplog.text and value not in str(error.value)
 
 
 def test_gguf_on_s3_reuses_the_conversion_of_the_same_bytes(
@@ -158,32 +171,3 @@ def test_hf_folder_on_s3_is_downloaded_and_served_in_place(
     assert Path(model.path).parent == cache / "downloads" and not (Path(model.path) / "original").exists()
     again = prepare_model_impl(cfg)
     assert again.cache_hit and again.path == model.path
-
-
-# distinctive values: "testing" (the fixture's) is also a word in the tokenizer's vocabulary
-SECRETS = {"key": "AKIAEVALFLOWKEY4C1D9A", "secret": "evalflow-secret-8b72e0f5", "token": "evalflow-token-5ab2c7"}
-
-
-def test_credentials_reach_no_cache_file_log_or_message(
-    s3: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    gguf = find_default_gguf(ensure_runtime("auto"))
-    fs = s3fs_of(s3)
-    fs.mkdir("ckpt-secret")
-    fs.put(str(gguf), "ckpt-secret/smol/model.gguf")
-    cache = tmp_path / "cache"
-    source = "s3://ckpt-secret/smol/model.gguf"
-    cfg = ModelConfig(source=source, storage_options={**s3, **SECRETS}, cache_dir=str(cache))
-    caplog.set_level(logging.INFO)
-
-    assert plan_model(cfg)["cache"] == "unknown"
-    model = prepare_model_impl(cfg)
-    assert not model.cache_hit and f"converting {source} (gguf" in caplog.text  # converted, and its logs captured
-    with pytest.raises(CheckpointError) as error:
-        prepare_model_impl(cfg.model_copy(update={"source": "s3://ckpt-secret/nothing/model.gguf"}))
-
-    files = [p for p in cache.rglob("*") if p.is_file()]
-    assert {MARKER, remote.DOWNLOAD_MARKER} <= {p.name for p in files}
-    for value in SECRETS.values():
-        assert not [p for p in files if value.encode() in p.read_bytes()], value
-        assert value not in caplog.text and value not in str(error.value)
