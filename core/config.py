@@ -6,7 +6,9 @@ repeat count or a malformed store URL fails here, with the field named in the me
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -23,8 +25,49 @@ def chat_template_path(value: str) -> Path:
     return path if path.is_absolute() else REPO_ROOT / path
 
 
+URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def absolute_path(value: str) -> str:
+    """A local path made absolute against this process's working directory (where a path typed by the
+    user enters: the command line, a config file, the UI form of a run's worker), so every later step and
+    every subprocess reads the same file whatever its own working directory; URLs (s3://, hf-dataset:)
+    pass unchanged, `file://` is dropped."""
+    value = value.removeprefix("file://")
+    if URL_RE.match(value) or value.startswith("hf-dataset:"):
+        return value
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def model_source(value: str) -> str:
+    """`model.source` made absolute when it names a local file or folder here; hub ids, the default, URLs
+    and paths that do not exist pass unchanged (preparation then says what is missing, relative to where)."""
+    if value == DEFAULT_MODEL or URL_RE.match(value):
+        return value
+    local = os.path.expanduser(value)
+    return os.path.abspath(local) if os.path.exists(local) else value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys(cls, data: Any) -> Any:
+        """An unknown key fails naming the field it was probably meant to be (`benchmark` -> `benchmarks`)."""
+        if not isinstance(data, dict):
+            return data
+        known = set(cls.model_fields)
+        unknown = [key for key in data if isinstance(key, str) and key not in known]
+        if not unknown:
+            return data
+        parts, guessed = [], True
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            parts.append(f"unknown field {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            guessed = guessed and bool(close)
+        fields = "" if guessed else f"; the fields here: {', '.join(sorted(known))}"
+        raise ValueError("; ".join(parts) + fields)
 
 
 class ModelConfig(_Strict):
@@ -76,10 +119,17 @@ class ModelConfig(_Strict):
     def _local_folder(cls, value: str | None) -> str | None:
         if value is not None and "://" in value and not value.startswith("file://"):
             raise ValueError(f"{value!r} must be a local folder (vLLM serves from local disk)")
-        return value.removeprefix("file://") if value else value
+        return absolute_path(value) if value else value
+
+    @field_validator("config_path", "tokenizer_path")
+    @classmethod
+    def _local_or_url(cls, value: str | None) -> str | None:
+        return absolute_path(value) if value else value
 
     @model_validator(mode="after")
     def _force_or_skip(self) -> ModelConfig:
+        if self.kind != "hub":  # asked for as a hub id: passed to vLLM as typed, even if a folder has its name
+            self.source = model_source(self.source)
         if self.force and self.skip:
             raise ValueError("model.force (convert again) and model.skip (use as is) exclude each other")
         return self
@@ -193,11 +243,21 @@ class BenchmarkConfig(_Strict):
         ge=1,
         description="tokens per completion here (default: sampling.max_tokens); lm-eval's max_gen_toks",
     )
+    on_long_prompt: Literal["fail", "skip"] = Field(
+        "fail",
+        description="a prompt (template and few-shot included) longer than server.max_model_len minus max_tokens: "
+        "fail the run before anything is sent (naming file:line and its tokens), or skip it (counted in the report)",
+    )
 
     @property
     def key(self) -> str:
         """The benchmark's name in records, batch paths, metrics and reports."""
         return self.label or self.name
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_path(cls, value: str | None) -> str | None:
+        return absolute_path(value) if value else value
 
     @field_validator("label")
     @classmethod
@@ -308,7 +368,8 @@ class StoreConfig(_Strict):
             protocol = match.group(1)
             if protocol not in fsspec.available_protocols():
                 raise ValueError(f"store.url {value!r}: unknown protocol {protocol!r} (use a folder, file:// or s3://)")
-        return value
+            return value
+        return absolute_path(value)
 
 
 def _setting(b: BenchmarkConfig) -> tuple[str, ...]:

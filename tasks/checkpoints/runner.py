@@ -45,7 +45,7 @@ def run_script(runtime: Runtime, script: str, args: list[str], what: str) -> dic
     error: str | None = None
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=script_env(runtime), cwd=str(HERE),
+        env=script_env(runtime),  # the caller's working directory: every path it passes is absolute already
     )  # fmt: skip
     try:
         assert proc.stdout is not None

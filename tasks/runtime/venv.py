@@ -46,8 +46,8 @@ class RuntimeSetupError(RuntimeError):
 def default_root() -> Path:
     root = os.environ.get("EVALFLOW_RUNTIME_DIR")
     if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evalflow" / "runtimes"
+        return Path(os.path.abspath(root))
+    return Path(os.path.abspath(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")) / "evalflow" / "runtimes"
 
 
 def detect_flavor() -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from core.config import EvalConfig
+from core.config import BenchmarkConfig, EvalConfig, ModelConfig, StoreConfig
 from core.overrides import OverrideError, resolve_config
 
 
@@ -30,7 +33,9 @@ def test_defaults_are_the_cpu_demo() -> None:
         ({"server": {"mode": "external"}}, "server", "server.base_url is required"),
         ({"server": {"mode": "external", "base_url": "localhost:8000"}}, "server", "not an http(s) URL"),
         ({"sampling": {"temperature": -0.1}}, "sampling.temperature", "greater than or equal to 0"),
-        ({"sampling": {"temprature": 0.5}}, "sampling.temprature", "Extra inputs are not permitted"),
+        ({"sampling": {"temprature": 0.5}}, "sampling", "unknown field 'temprature' (did you mean 'temperature'?)"),
+        ({"benchmark": [{"name": "gsm8k"}]}, "", "unknown field 'benchmark' (did you mean 'benchmarks'?)"),
+        ({"model": {"colour": "red"}}, "model", "unknown field 'colour'; the fields here: cache_dir, config_path"),
         (
             {"benchmarks": [{"name": "gsm8k"}, {"name": "gsm8k"}]},
             "benchmarks",
@@ -92,3 +97,32 @@ def test_dotted_overrides(tmp_path) -> None:
 def test_override_of_missing_list_index_is_an_error(tmp_path) -> None:
     with pytest.raises(OverrideError, match="not an index"):
         resolve_config(None, ["benchmarks.3.repeats=2"])
+
+
+def test_local_paths_are_absolute_from_where_they_enter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path typed relative to the caller's directory means the same file to every later step and
+    subprocess (the converter, the worker), whatever their working directory."""
+    (tmp_path / "model.Q4_1.gguf").write_bytes(b"GGUF")
+    (tmp_path / "org").mkdir()
+    monkeypatch.chdir(tmp_path)
+    cfg = EvalConfig.model_validate(
+        {
+            "model": {"source": "model.Q4_1.gguf", "cache_dir": "ckpts", "config_path": "cfg/", "output_dir": "~/o"},
+            "benchmarks": [{"name": "gsm8k", "dataset": "data/gsm8k.jsonl"}],
+            "store": {"url": "runs"},
+        }
+    )
+    assert cfg.model.source == str(tmp_path / "model.Q4_1.gguf")
+    assert (cfg.model.cache_dir, cfg.model.config_path) == (str(tmp_path / "ckpts"), str(tmp_path / "cfg"))
+    assert cfg.model.output_dir == str(Path.home() / "o")
+    assert cfg.benchmarks[0].dataset == str(tmp_path / "data/gsm8k.jsonl")
+    assert cfg.store.url == str(tmp_path / "runs")
+    for kept in ("HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2", "smollm2-135m-instruct", "s3://b/run/step_1"):
+        assert ModelConfig(source=kept).source == kept  # hub ids, the default and URLs are not paths
+    for missing in ("a/b/c", "missing.gguf"):  # preparation says what is missing, and relative to where
+        assert ModelConfig(source=missing).source == missing
+    for path in ("./org", "org", "org/", "./model.Q4_1.gguf"):
+        assert ModelConfig(source=path).source == os.path.abspath(path)
+    assert ModelConfig(source="org", kind="hub").source == "org"  # asked for as a hub id
+    assert BenchmarkConfig(name="gsm8k", dataset="hf-dataset:openai/gsm8k?split=test").dataset.startswith("hf-dataset:")
+    assert StoreConfig(url="s3://bucket/runs").url == "s3://bucket/runs"
