@@ -31,7 +31,8 @@ import yaml
 from bench.common import add_server_args, server_from
 from core.config import EvalConfig
 from core.overrides import resolve_config
-from flows.eval import eval_flow, plan_run
+from flows.eval import eval_flow
+from flows.plan import plan_run
 from ops import local
 from ops.api import prefect_api, running_local_server
 

@@ -51,7 +51,8 @@ def run(
     # the temporary API (seconds to start) starts first and comes up while the pipeline is imported and planned
     with started_api() as api:
         _plan(resolved, dry_run=False)
-        from flows.eval import eval_flow
+        from flows.eval import INPUT_ERRORS, eval_flow
+        from tasks.checkpoints.errors import CheckpointError
         from tasks.collection.failures import RunFailed
 
         try:
@@ -60,6 +61,8 @@ def run(
         except RunFailed as exc:  # logged by the flow with its report; the process says it failed
             typer.echo(f"run failed: {exc}", err=True)
             raise typer.Exit(1) from None
+        except INPUT_ERRORS as exc:  # what the plan could not see (a conversion that fails): one line, as there
+            fail("cannot prepare the model" if isinstance(exc, CheckpointError) else "cannot run", exc)
     for kind, url in result["reports"].items():
         typer.echo(f"{kind}: {url}")
 
@@ -69,7 +72,7 @@ def _plan(resolved: EvalConfig, dry_run: bool) -> dict[str, Any]:
     from core.resolve import BlockNotFound
     from core.store import StoreError
     from envs.base import DatasetError
-    from flows.eval import plan_run
+    from flows.plan import plan_run
     from tasks.checkpoints.errors import CheckpointError
 
     checks = (CheckpointError, DatasetError, BlockNotFound, StoreError, ValueError, OSError)

@@ -39,7 +39,7 @@ def sweep(
     from core.overrides import config_data
     from core.resolve import BlockNotFound
     from envs.base import DatasetError
-    from flows.eval import plan_run
+    from flows.plan import plan_run
     from flows.sweep import expand_grid, load_sweep, sweep_flow
     from tasks.checkpoints.errors import CheckpointError
 

@@ -34,3 +34,30 @@ class Stages:
         finally:
             self.seconds[name] = round(time.monotonic() - started, 3)
             get_logger().info("stage %s: %.1f s", name, self.seconds[name])
+
+
+class _WithoutTraceback(logging.Filter):
+    """Records of an error whose message already says what to fix keep their line, not their traceback."""
+
+    def __init__(self, expected: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self.expected = expected
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], self.expected):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+# Where Prefect's engines log a task or flow run's exception with its traceback.
+ENGINE_LOGGERS = ("prefect.task_runs", "prefect.flow_runs", "prefect.task_engine", "prefect.flow_engine")
+
+
+def quiet_tracebacks(expected: tuple[type[BaseException], ...]) -> None:
+    """Prefect logs every failed task and flow run with its traceback (three for one bad checkpoint):
+    for `expected` errors (a bad input the message names) the terminal, the UI and a deployment's logs
+    show the one line. Installed once per process; other errors keep their tracebacks."""
+    for name in ENGINE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _WithoutTraceback) for f in logger.filters):
+            logger.addFilter(_WithoutTraceback(expected))

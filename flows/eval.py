@@ -25,11 +25,12 @@ from prefect.runtime import flow_run as prefect_flow_run
 
 from core import store as store_paths
 from core.config import EvalConfig
-from core.logs import Stages, get_logger
-from core.resolve import resolve
+from core.logs import Stages, get_logger, quiet_tracebacks
+from core.resolve import BlockNotFound
 from core.secrets import redact
-from core.store import Store
-from envs.base import SingleTurnEnv
+from core.store import Store, StoreError
+from envs.base import DatasetError
+from flows.plan import check_endpoints, external_endpoint, plan_run, preflight
 from flows.shards import (
     Shard,
     cancel_shards,
@@ -46,23 +47,30 @@ from flows.shards import (
 from flows.shards import deployment_name as shard_deployment
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
-from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model
+from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import result_storage
 from tasks.collection.failures import RunFailed
-from tasks.collection.lease import lock_manager
-from tasks.collection.plan import Benchmark, Planned, load_benchmarks, plan
+from tasks.collection.lease import LockStoreError, lock_manager
+from tasks.collection.plan import Benchmark, Planned, plan
 from tasks.collection.progress import Progress
+from tasks.collection.prompt_length import check_prompt_lengths, local_folder
 from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import format_terminal_summary, report_task
 from tasks.runtime.venv import ensure_runtime, runtime_for
-from tasks.serving.preflight import check_endpoint
 from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
 from tasks.serving.slots import server_slot
+
+# Errors whose one-line message names what to fix (a bad checkpoint, dataset, store or block): logged
+# without tracebacks in every entry point (`evalflow run`, a deployment run), and `evalflow run` turns
+# them into one line with exit status 2, as `evalflow prepare` and the dry run do.
+INPUT_ERRORS: tuple[type[Exception], ...] = (CheckpointError, DatasetError, BlockNotFound, StoreError, LockStoreError)
+quiet_tracebacks((*INPUT_ERRORS, RunFailed))
 
 
 def new_run_id() -> str:
@@ -83,92 +91,6 @@ def _cancel_shards(*args: Any, **kwargs: Any) -> None:
     flow_run = kwargs.get("flow_run", args[1] if len(args) > 1 else None)
     if flow_run is not None and (count := cancel_shards(flow_run.id)):
         get_logger().warning("cancelled %d shard flow runs of this run", count)
-
-
-def _plain(benchmark: Benchmark) -> bool:
-    """Whether the benchmark sends plain text completions (a base model's prompt), not chat."""
-    env = benchmark.env
-    return isinstance(env, SingleTurnEnv) and bool(benchmark.rows) and env.prompt(benchmark.rows[0]) is not None
-
-
-def _check_endpoint(endpoint: Endpoint, config: EvalConfig, benchmarks: list[Benchmark]) -> None:
-    """The endpoint (each replica of it) serves the model and answers the kinds of request the
-    benchmarks send."""
-    kinds = {_plain(b) for b in benchmarks}
-    many = len(endpoint.urls) > 1
-    for i, url in enumerate(endpoint.urls):
-        check_endpoint(
-            Endpoint(url, endpoint.model, endpoint.api_key),
-            url_field=(f"server.base_url.{i}" if many else "server.base_url")
-            if config.server.mode == "external"
-            else "the managed vLLM server",
-            name_field="model.served_name" if config.model.served_name else "model.source",
-            chat=False in kinds,
-            plain=True in kinds,
-        )
-
-
-def external_endpoint(config: EvalConfig) -> Endpoint:
-    urls = config.server.base_urls
-    assert urls, "external mode needs server.base_url (checked by the config)"
-    name = config.model.served_name or config.model.source
-    replicas = tuple(urls) if len(urls) > 1 else ()
-    return Endpoint(urls[0], name, config.server.api_key.get_secret_value(), replicas)
-
-
-def preflight(config: EvalConfig, probe: bool = True) -> tuple[EvalConfig, Store, list[Benchmark], dict[str, Any]]:
-    """Every check that costs seconds, before anything that costs minutes: blocks resolve, the store is
-    writable, datasets load and validate, the model source is located and hashed. Returns (config
-    with blocks applied, store, benchmarks, model plan). Without `probe` (a dry run) a local store is
-    checked without creating it."""
-    resolved = resolve(config)  # a missing block fails here, naming the field
-    config, store = resolved.config, resolved.store
-    store.check_writable(probe=probe)
-    benchmarks = load_benchmarks(config, store)
-    if config.server.mode == "managed":
-        return config, store, benchmarks, plan_model(config.model, config.server.runtime)
-    name = external_endpoint(config).model
-    plan = {"action": f"none: external server {', '.join(config.server.base_urls)}", "served_name": name}
-    return config, store, benchmarks, {**plan, "fingerprint": f"external:{name}"}
-
-
-def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
-    """What a run would do, starting nothing: no conversion, no server, no store writes (but the
-    store's write probe with `probe`, as a real run's command line does before it starts).
-
-    The run's preflight runs (blocks, store, datasets, model source), every batch is looked up in the
-    cache, so the numbers match what a real run then does, and an external endpoint that would be
-    asked for rollouts is checked (it serves the model and answers a 1-token request).
-    """
-    config, store, benchmarks, model_plan = preflight(config, probe=probe)
-    shards = None
-    if config.collection.shards != 1:  # outside a deployment run, only with collection.shard_deployment
-        deployment = shard_deployment(config, prefect_flow_run.flow_name, prefect_deployment.name)
-        shards = f"{config.collection.shards} child flow runs of {deployment}"
-    fingerprint = model_plan.get("fingerprint")
-    fingerprint = fingerprint and samples_fingerprint(fingerprint, config.server)
-    storage = result_storage(store, save=False)
-    work = plan(benchmarks, config, fingerprint, storage, store) if fingerprint else []
-    cached = [p for p in work if p.cached is not None]
-    total = sum(b.repeats * len(b.rows) for b in benchmarks)
-    to_generate = total - sum(p.batch.size for p in cached)
-    if to_generate and config.server.mode == "external":
-        _check_endpoint(external_endpoint(config), config, benchmarks)
-    return {
-        "config": redact(config.model_dump(mode="json")),
-        "model": model_plan,
-        "benchmarks": {b.name: {"prompts": len(b.rows), "repeats": b.repeats} for b in benchmarks},
-        "batches": {"total": len(work) or None, "cached": len(cached)},
-        "rollouts": {"total": total, "cached": total - to_generate, "to_generate": to_generate},
-        "shards": shards,
-        "would_start": (
-            "nothing: every batch is cached"
-            if not to_generate
-            else f"vLLM ({config.server.runtime}) for {model_plan.get('served_name')}"
-            if config.server.mode == "managed"
-            else f"requests to {', '.join(config.server.base_urls)}"
-        ),
-    }
 
 
 @flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers, _cancel_shards], log_prints=True)
@@ -212,6 +134,10 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
         else:
             name = config.model.served_name or config.model.source
             model = PreparedModel(name, name, f"external:{name}", config.model.source, "external")
+
+    if config.server.mode == "managed" and (folder := local_folder(model.path)) is not None:
+        with stages("prompt_lengths"):  # before any batch is planned: a skipped prompt changes the batches
+            benchmarks = check_prompt_lengths(benchmarks, config, folder, model.fingerprint)
 
     storage = result_storage(store)
     batch_task = collect_batch.with_options(
@@ -286,6 +212,9 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
         }
         if "shards" in server_info:
             run_info["shards"] = server_info["shards"]
+        long_prompts = {b.name: b.long_prompts for b in benchmarks if b.long_prompts and b.long_prompts["skipped"]}
+        if long_prompts:
+            run_info["long_prompts"] = long_prompts
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, run_info, read_entries(store), config.baseline_run_id)
         urls = report_task(run_dir, metrics, run_info, files, store, comparison=comparison)
@@ -340,10 +269,10 @@ async def _collect_here(
                     server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path),
                                    "slot": {"kind": slot.kind, "devices": list(slot.devices),
                                             "waited_s": round(slot.waited_s, 1)}}  # fmt: skip
-                    _check_endpoint(ctx.endpoint, config, benchmarks)
+                    check_endpoints(ctx.endpoint, config, benchmarks)
                 else:
                     ctx.endpoint = external_endpoint(config)
-                    _check_endpoint(ctx.endpoint, config, benchmarks)
+                    check_endpoints(ctx.endpoint, config, benchmarks)
             with stages("collect"):
                 if server is not None:
                     async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:

@@ -33,7 +33,8 @@ from core.overrides import has_path, set_path
 from core.resolve import resolve
 from core.store import Store
 from envs.registry import get_env
-from flows.eval import eval_flow, plan_run
+from flows.eval import eval_flow
+from flows.plan import plan_run
 from tasks.checkpoints.prepare import prepare_model
 from tasks.reporting.index import read_entries
 from tasks.reporting.sweep import write_sweep_report

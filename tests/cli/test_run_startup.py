@@ -18,7 +18,7 @@ from prefect.serializers import JSONSerializer
 
 from core.config import EvalConfig
 from core.schema import to_parquet_bytes
-from flows.eval import preflight
+from flows.plan import preflight
 from ops.api import ApiDatabase
 from tasks.collection.cache import result_storage
 from tasks.collection.plan import BatchResult, batch_url, plan

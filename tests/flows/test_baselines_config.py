@@ -8,7 +8,7 @@ import yaml
 
 from core.config import REPO_ROOT, EvalConfig
 from envs.registry import ENVS
-from flows.eval import plan_run
+from flows.plan import plan_run
 
 
 def baselines() -> dict[str, Any]:

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from core.config import EvalConfig
-from flows.eval import eval_flow, plan_run
+from flows.eval import eval_flow
+from flows.plan import plan_run
 from tasks.serving.server import Endpoint, VLLMServer
 from tests.conftest import FAST_START, REPO_ROOT, group_alive
 from tests.faultproxy import FaultProxy, Faults
