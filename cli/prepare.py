@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 import typer
 
-from cli.common import fail, log_to_stderr, parse_options
+from cli.common import fail, log_to_stderr, one_line, parse_options
 from core.config import ModelConfig
 
 Kind = Literal["auto", "hf", "hub", "gguf", "dcp"]
@@ -16,6 +17,18 @@ Flavor = Literal["auto", "cpu", "gpu"]
 
 FIELDS = ModelConfig.model_fields
 DEFAULTS = ModelConfig()
+
+
+def as_typed(message: str) -> str:
+    """Messages name config fields (`model.config_path`); here the user typed options (`--config-path`)."""
+
+    def option(match: re.Match[str]) -> str:
+        field = match.group(1)
+        if field == "source":
+            return "source"
+        return f"--{field.replace('_', '-')}" if field in FIELDS else match.group(0)
+
+    return re.sub(r"\bmodel\.(\w+)", option, message)
 
 
 def prepare(
@@ -78,7 +91,7 @@ def prepare(
             return
         prepared = prepare_model_impl(cfg, runtime)
     except CheckpointError as exc:
-        fail("cannot prepare the model", exc)
+        fail("cannot prepare the model", as_typed(one_line(exc)))
     state = "cached" if prepared.cache_hit else "prepared"
     typer.echo(f"{prepared.source} ({prepared.kind}): {state}, fingerprint {prepared.fingerprint}", err=True)
     typer.echo(prepared.path)

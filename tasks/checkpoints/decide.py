@@ -14,12 +14,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from core.config import DEFAULT_MODEL, ModelConfig
+from core.config import DEFAULT_MODEL, ModelConfig, absolute_path
+from core.logs import get_logger
 from core.store import Store
 from tasks.checkpoints import entries, hub, remote
+from tasks.checkpoints.architectures import check_hf_architecture
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import MARKER, HashMemo, folder_fingerprint, memo_for
-from tasks.checkpoints.jobs import Job, make_job
+from tasks.checkpoints.jobs import Job, make_job, read_config
 from tasks.checkpoints.light_check import check_hf_folder
 from tasks.checkpoints.sources import Source, locate, readable
 from tasks.runtime.venv import ensure_runtime, runtime_for
@@ -92,14 +94,17 @@ class Decision:
 
 
 def default_cache_root() -> Path:
+    """EVALFLOW_CHECKPOINT_CACHE, else $XDG_CACHE_HOME/evalflow/checkpoints (~/.cache): absolute against the
+    working directory of the process that reads it, so converters (other processes) write the same place."""
     root = os.environ.get("EVALFLOW_CHECKPOINT_CACHE")
     if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evalflow" / "checkpoints"
+        return Path(absolute_path(root))
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(absolute_path(cache_home)) / "evalflow" / "checkpoints"
 
 
 def cache_root_of(cfg: ModelConfig) -> Path:
-    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_root()
+    return Path(absolute_path(cfg.cache_dir)) if cfg.cache_dir else default_cache_root()
 
 
 def served_name(cfg: ModelConfig, src: Source | None) -> str:
@@ -114,18 +119,31 @@ def skipped_name(cfg: ModelConfig, folder: Path) -> str:
     return served_name(cfg, None) if cfg.source == DEFAULT_MODEL else cfg.served_name or readable(folder.name)
 
 
+def loadable(folder: Path | None) -> Path | None:
+    """`folder` if it holds what vLLM loads (config, weights, tokenizer), else None: a marked entry
+    whose files are gone or were never written (an old evalflow's bug, a hand-edited cache) is no hit."""
+    if folder is None:
+        return None
+    try:
+        check_hf_folder(folder)
+    except CheckpointError as exc:
+        get_logger().warning("ignoring the cache entry %s: %s; converting again", folder, exc)
+        return None
+    return folder
+
+
 def entry_for(job: Job, cfg: ModelConfig, cache_root: Path) -> Entry:
     if not cfg.output_dir:
         return Entry(
             cache_root / f"{readable(job.name)}_{job.key}",
             cache_root / f".{job.key}.lock",
-            lambda: entries.find(cache_root, job.key, MARKER),
+            lambda: loadable(entries.find(cache_root, job.key, MARKER)),
         )
     out = Path(cfg.output_dir).expanduser().resolve()
 
     def existing() -> Path | None:
         if (out / MARKER).is_file() and entries.read_marker(out, MARKER).get("key") == job.key:
-            return out
+            return loadable(out)
         return None
 
     return Entry(out, out.parent / f".{out.name}.lock", existing)
@@ -214,6 +232,7 @@ def _decide(
         if cfg.skip:
             return as_is(cfg, src.local, name, memo, download)
         light = check_hf_folder(src.local)
+        check_hf_architecture(cfg.source, read_config(src.local), runtime_for(runtime_flavor))
         fingerprint = folder_fingerprint(src.local, memo)
         validated = memo.is_validated(fingerprint) and not cfg.force
         return Decision(

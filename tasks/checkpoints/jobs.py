@@ -12,6 +12,9 @@ from typing import Any
 
 from core.config import ModelConfig
 from core.store import Store
+from tasks.checkpoints.architectures import check_gguf_architecture, check_hf_architecture
+from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.gguf_header import read_header
 from tasks.checkpoints.hashing import HashMemo, key_of, sha256_file
 from tasks.checkpoints.layout import TOKENIZER_FILES
 from tasks.checkpoints.runner import run_script
@@ -38,17 +41,29 @@ class Job:
 
 
 def gguf_job(gguf: Path, cfg: ModelConfig, runtime: Runtime, name: str, memo: HashMemo) -> Job:
+    try:  # the header and the size, before hashing or converting: a truncated file fails here, in the plan
+        header = read_header(gguf)
+    except CheckpointError as exc:
+        raise CheckpointError(f"model.source {cfg.source!r}: {exc}") from None
+    check_gguf_architecture(cfg.source, header.architecture, runtime)
     options = {"converter": CONVERTER_VERSION, "dtype": cfg.dtype}
     sha = sha256_file(gguf, memo)
     # the same formula as before this module grew other sources: existing entries stay valid
     key = hashlib.sha256((sha + json.dumps(options, sort_keys=True)).encode()).hexdigest()[:16]
 
     def run(out: Path) -> dict[str, Any]:
-        args = [str(gguf), str(out), cfg.dtype]
+        args = [str(gguf.absolute()), str(out.absolute()), cfg.dtype]
         return run_script(runtime, "gguf_to_hf.py", args, f"converting model.source {cfg.source}")
 
     size = gguf.stat().st_size
     return Job("gguf", name, key, options, {"gguf": {gguf.name: sha}}, size, run, {"gguf": str(gguf)})
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{folder / 'config.json'} cannot be read ({exc})") from None
 
 
 def _hashes(folder: Path, names: list[str], memo: HashMemo) -> dict[str, str]:
@@ -65,6 +80,7 @@ def dcp_job(assets: DcpAssets, cfg: ModelConfig, runtime: Runtime, name: str, me
         "config": _hashes(config_dir, ["config.json", "generation_config.json"], memo),
         "tokenizer": _hashes(tokenizer_dir, [*TOKENIZER_FILES, "generation_config.json"], memo),
     }
+    check_hf_architecture(cfg.source, read_config(config_dir), runtime)
     key = key_of({"kind": "dcp", **options, **inputs})
     size = sum((weights_dir / n).stat().st_size for n in shards)
 

@@ -29,6 +29,7 @@ from tasks.checkpoints import entries
 from tasks.checkpoints.decide import Decision, cache_root_of, decide
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import MARKER, folder_fingerprint, key_of, memo_for
+from tasks.checkpoints.light_check import check_hf_folder
 from tasks.checkpoints.runner import run_script
 from tasks.runtime.venv import ensure_runtime
 
@@ -58,6 +59,10 @@ def convert(decision: Decision, cfg: ModelConfig) -> PreparedModel:
         mb = job.source_bytes / 1e6
         logger.info("converting %s (%s, %.0f MB, %s) -> %s", cfg.source, job.kind, mb, cfg.dtype, entry.path)
         details = job.run(tmp)
+        try:  # whatever the converter said: only a folder vLLM can load is published
+            check_hf_folder(tmp)
+        except CheckpointError as exc:
+            raise CheckpointError(f"the conversion of {cfg.source} wrote no loadable model: {exc}") from None
         seconds = time.monotonic() - started
         logger.info("converted %s in %.1f s (%.0f MB/s of source)", cfg.source, seconds, mb / seconds)
         return {

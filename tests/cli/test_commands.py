@@ -38,7 +38,13 @@ def test_run_dry_run_prints_the_plan(evalflow: Callable[..., Result]) -> None:
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     assert plan["config"]["sampling"]["temperature"] == 0.6  # the override, after the file
-    assert plan["benchmarks"] == {"gsm8k": {"prompts": 40, "repeats": 4}}
+    (counted,) = plan["benchmarks"].values()
+    assert (counted["prompts"], counted["repeats"]) == (40, 4)
+    if plan["model"]["cache"] == "hit":  # the converted folder is here: its tokenizer counted every prompt
+        assert counted["long_prompts"]["limit"] == 2048 - 256 and 100 < counted["long_prompts"]["longest"] < 400
+        assert (counted["long_prompts"]["policy"], counted["long_prompts"]["skipped"]) == ("fail", 0)
+    else:  # counted by the run, once the model is converted
+        assert counted["long_prompts"] is None
     assert plan["rollouts"]["total"] == 160
     assert plan["model"]["kind"] == "gguf" and plan["model"]["served_name"]
 
@@ -47,7 +53,7 @@ def test_run_dry_run_prints_the_plan(evalflow: Callable[..., Result]) -> None:
     ("override", "field"),
     [
         ("sampling.temperature=-1", "sampling.temperature"),
-        ("sampling.temprature=0.5", "sampling.temprature"),  # a key EvalConfig does not have
+        ("sampling.temprature=0.5", "sampling: unknown field 'temprature' (did you mean 'temperature'?)"),
         ("benchmarks.0.repeats=0", "benchmarks.0.repeats"),
         ("benchmarks.3.repeats=2", "'benchmarks.3.repeats'"),  # no such list element
         ("sampling", "'sampling'"),  # not key=value
@@ -146,7 +152,7 @@ def test_prepare_dry_run_of_an_s3_source_plans_the_download(evalflow: Callable[.
         (["smollm2-135m-instruct", "--force", "--skip"], "invalid model options: model.force"),
         (["smollm2-135m-instruct", "--output-dir", "s3://bucket/x"], "invalid model options: output_dir: "),
         (["smollm2-135m-instruct", "--option", "endpoint"], "invalid --option: "),
-        (["/nonexistent/step_100", "--kind", "dcp"], "cannot prepare the model: model.source '/nonexistent/step_100'"),
+        (["/nonexistent/step_100", "--kind", "dcp"], "cannot prepare the model: source '/nonexistent/step_100'"),
     ],
 )
 def test_prepare_errors_are_one_line(evalflow: Callable[..., Result], args: list[str], message: str) -> None:
