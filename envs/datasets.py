@@ -98,26 +98,32 @@ def load_rows(
     env: Env,
     opener: Opener | None = None,
     limit: int | None = None,
+    places: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """All rows of a dataset (then the first `limit`), each validated by the env; ids must be unique.
 
     JSONL (optionally compressed, by suffix) or parquet, from a local path or any fsspec URL, opened
-    with `opener` (default: `fsspec_opener`).
+    with `opener` (default: `fsspec_opener`). `places`, if given, receives each prompt id's place in
+    the file (`file:line`, `spec row N`), for later checks' messages.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if is_hf_dataset(url):
         # The datasets library has its own cache and credentials: the opener is not used.
-        rows = _validated(_hf_dataset_rows(url, env), env, lambda n: f"{url} row {n}", "row")
+        rows = _validated(_hf_dataset_rows(url, env), env, lambda n: f"{url} row {n}", "row", places)
     else:
-        rows = _file_rows(url, env, opener or fsspec_opener)
+        rows = _file_rows(url, env, opener or fsspec_opener, places)
     if not rows:
         raise DatasetError(f"{url}: the dataset has no rows")
     return rows if limit is None else rows[:limit]
 
 
 def _validated(
-    numbered: Iterator[tuple[int, dict[str, Any]]], env: Env, where_of: Callable[[int], str], unit: str
+    numbered: Iterator[tuple[int, dict[str, Any]]],
+    env: Env,
+    where_of: Callable[[int], str],
+    unit: str,
+    places: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each row checked by the env (errors name the row's place via `where_of(number)`); ids must be unique."""
     rows: list[dict[str, Any]] = []
@@ -129,15 +135,17 @@ def _validated(
         if pid in first_seen:
             raise DatasetError(f"{where}: duplicate prompt id {pid!r} (first on {unit} {first_seen[pid]})")
         first_seen[pid] = number
+        if places is not None:
+            places[pid] = where
         rows.append(row)
     return rows
 
 
-def _file_rows(url: str, env: Env, opener: Opener) -> list[dict[str, Any]]:
+def _file_rows(url: str, env: Env, opener: Opener, places: dict[str, str] | None) -> list[dict[str, Any]]:
     try:
         with opener(url) as f:
             numbered = _parquet_rows(url, f) if _is_parquet(url) else _jsonl_rows(url, f)
-            return _validated(numbered, env, lambda n: f"{url}:{n}", "line")
+            return _validated(numbered, env, lambda n: f"{url}:{n}", "line", places)
     except FileNotFoundError as e:
         raise DatasetError(
             f"{url}: dataset file not found; provide a JSONL or parquet file of {env.name!r} rows "

@@ -1,8 +1,10 @@
 """What a request error means for a rollout: a model outcome (recorded and scored), or a failure of
 the run's set-up (configuration) or of the moment (transient) that must never be cached as a result.
 
-- outcome: a 400/422 that says the prompt does not fit the context (vLLM's "maximum context length"
-  family). The model really cannot answer it: the rollout is recorded with its error and scores 0.
+- outcome: a 400/422 that says the conversation does not fit the context (vLLM's "maximum context
+  length" family) after the model's own turns made it grow: the episode ends there, recorded with its
+  error. On the opening request the benchmark's prompt itself is too long: the rollout raises a
+  configuration failure instead (prompt_length.py finds these at plan time for managed servers).
 - configuration: 401, 403, 404 (wrong key, wrong model name, wrong URL path) and any other 400/422
   (a sampling or tool option the server rejects). Retrying cannot help; the run stops collecting.
 - transient: connection errors, timeouts, 408, 409, 429, 5xx. Retried with backoff; if they persist

@@ -27,6 +27,9 @@ class Benchmark:
     rows: list[dict[str, Any]]
     repeats: int
     sampling: SamplingConfig | None = None  # the run's sampling with this benchmark's max_tokens
+    places: dict[str, str] = field(default_factory=dict)  # prompt id -> `file:line` (messages name it)
+    on_long_prompt: str = "fail"
+    long_prompts: dict[str, Any] | None = None  # set by the prompt-length check: limit, longest, skipped
 
 
 def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:
@@ -36,12 +39,13 @@ def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:
         env = get_env(bench.name, **bench.options)
         _check_tool_choice(config, i, env)
         source = bench.dataset or str(env.default_dataset_path())
-        rows = load_rows(source, env, opener=lambda url: store.open(url, "rb"), limit=bench.limit)
+        places: dict[str, str] = {}
+        rows = load_rows(source, env, opener=lambda url: store.open(url, "rb"), limit=bench.limit, places=places)
         get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.key, len(rows), bench.repeats, source)
         sampling = config.sampling
         if bench.max_tokens is not None:
             sampling = sampling.model_copy(update={"max_tokens": bench.max_tokens})
-        benchmarks.append(Benchmark(bench.key, env, rows, bench.repeats, sampling))
+        benchmarks.append(Benchmark(bench.key, env, rows, bench.repeats, sampling, places, bench.on_long_prompt))
     return benchmarks
 
 

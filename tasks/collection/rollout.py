@@ -142,13 +142,26 @@ async def _chat(ctx: CollectContext, sampling: SamplingConfig, **kwargs: Any) ->
 
 
 def _outcome_error(ctx: CollectContext, exc: openai.APIStatusError) -> str:
-    """A request the model could not answer (prompt longer than the context), as the record's error."""
+    """A request the model could not answer (a conversation grown past the context), as the record's error."""
     return describe(exc, ctx.endpoint.base_url, (ctx.endpoint.api_key,))
 
 
+def _prompt_too_long(ctx: CollectContext, exc: openai.APIStatusError, prompt_id: str) -> RolloutFailed:
+    """The benchmark's own prompt does not fit: a set-up problem (managed servers count prompts at plan
+    time; an external endpoint's context is not known then), never the model's answer nor a cached result."""
+    failure = RolloutFailed(
+        "configuration",
+        f"the prompt of {prompt_id} does not fit the server's context ({_outcome_error(ctx, exc)})"[:450]
+        + ": raise the server's max_model_len, lower max_tokens, or set benchmarks.N.on_long_prompt: skip",
+    )
+    ctx.abort = ctx.abort or failure
+    return failure
+
+
 async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
-    """One rollout -> one scored record. A prompt that does not fit the context is recorded (the model's
-    outcome); any other request failure raises RolloutFailed (see tasks.collection.failures)."""
+    """One rollout -> one scored record. A conversation that outgrows the context is recorded (the model's
+    outcome); any other request failure, the first prompt's not fitting included, raises RolloutFailed
+    (see tasks.collection.failures)."""
     prompt_id = env.prompt_id(row)
     sampling = batch.sampling or ctx.sampling  # the benchmark's own max_tokens, where it sets one
     seed = rollout_seed(sampling.seed, prompt_id, repeat)
@@ -182,14 +195,12 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         # Plain completion: the prompt string takes the messages column's place (a JSON string, not a list).
         record["messages"] = to_json(prompt)
         request = {"prompt": prompt, "plain": True}
-    started = time.perf_counter()
     try:
         stops = env.stop() or []
         # the OpenAI API (and vLLM) take at most MAX_STOPS stop sequences: the rest are cut here
         response, latency = await _chat(ctx, sampling, **request, seed=seed, stop=stops[:MAX_STOPS] or None)
-    except openai.APIStatusError as exc:  # only "outcome" errors get here: recorded and counted, not retried
-        record.update(error=_outcome_error(ctx, exc), latency_s=time.perf_counter() - started)
-        return record
+    except openai.APIStatusError as exc:  # only "too long" gets here: the prompt alone is over the context
+        raise _prompt_too_long(ctx, exc, record["prompt_id"]) from None
     choice = response.choices[0]
     raw = (choice.message.content if prompt is None else choice.text) or ""
     completion = cut_at_stops(raw, stops[MAX_STOPS:])
@@ -263,6 +274,8 @@ async def _multi_turn(
         try:
             response, took = await _chat(ctx, sampling, **kwargs)
         except openai.APIStatusError as exc:  # the conversation outgrew the context: the episode ends
+            if turn == 0:  # the opening prompt itself: not the model's doing
+                raise _prompt_too_long(ctx, exc, record["prompt_id"]) from None
             record["error"] = _outcome_error(ctx, exc)
             latency += time.perf_counter() - started
             break

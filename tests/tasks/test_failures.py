@@ -169,7 +169,10 @@ def test_a_failed_batch_keeps_its_finished_rollouts_and_a_retry_sends_only_the_r
     assert not Path(partial_url(retry.store, batch(4))).exists()
 
 
-def test_a_prompt_longer_than_the_context_is_the_model_outcome(tmp_path: Path) -> None:
+def test_a_prompt_longer_than_the_context_fails_the_batch_and_is_never_a_result(tmp_path: Path) -> None:
+    """Managed servers count prompts at plan time; an external one says it with its 400: the run stops
+    (the model never saw the prompt, so there is nothing to score) and nothing is cached."""
+
     class TooLong(Server):
         def __call__(self, request: httpx.Request) -> Any:
             if "question 2?" in json.loads(request.content)["messages"][-1]["content"]:
@@ -178,10 +181,12 @@ def test_a_prompt_longer_than_the_context_is_the_model_outcome(tmp_path: Path) -
             return super().__call__(request)
 
     ctx = context(tmp_path, TooLong({}))
-    result = asyncio.run(collect_batch_impl(ctx, get_env("gsm8k"), batch(4)))
-    rows = {r["prompt_id"]: r for r in pq.read_table(result.url).to_pylist()}
-    assert result.errors == 1 and "maximum context length" in rows["q2"]["error"]
-    assert rows["q2"]["reward"] == 0.0
+    with pytest.raises(BatchFailed) as info:
+        asyncio.run(collect_batch_impl(ctx, get_env("gsm8k"), batch(4)))
+    assert not info.value.transient
+    assert "the prompt of q2 does not fit the server's context (HTTP 400" in str(info.value)
+    assert "set benchmarks.N.on_long_prompt: skip" in str(info.value)
+    assert not Path(batch_url(ctx.run_dir, batch(4))).exists()
 
 
 def test_a_cached_batch_that_recorded_request_failures_is_collected_again(tmp_path: Path) -> None:
