@@ -42,5 +42,14 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def log_to_stderr() -> None:
-    """Progress of long steps (conversion, runtime set-up) on stderr, so stdout stays the answer."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    """Progress of long steps (conversion, runtime set-up, waiting for another process) on stderr, so
+    stdout stays the answer. A handler of evalflow's own logger: Prefect configures the root logger on
+    import (a `basicConfig` afterwards does nothing)."""
+    logger = logging.getLogger("evalflow")
+    if not any(getattr(h, "evalflow_stderr", False) for h in logger.handlers):
+        handler = logging.StreamHandler()  # sys.stderr
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        handler.evalflow_stderr = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False

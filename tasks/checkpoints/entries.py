@@ -25,7 +25,7 @@ from filelock import FileLock, Timeout
 
 from core.logs import get_logger
 
-WAIT_NOTE_S = 60.0
+WAIT_NOTE_S = 10.0  # how often a waiting process says it still waits (the progress cadence)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class GgufHeader:
     architecture: str | None
     metadata: dict[str, Any]  # scalar and string values only (arrays such as the vocabulary are skipped)
     tensors: int
+    elements: int  # of all tensors: the converted folder holds about this many values
     data_start: int
     needed_bytes: int  # the file size the tensors need
     file_bytes: int
@@ -138,7 +139,7 @@ def read_header(path: Path) -> GgufHeader:
                 value = reader.value(kind)
                 if value is not None:
                     metadata[key] = value
-            end = 0
+            end = total = 0
             for _ in range(n_tensors):
                 name = reader.string()
                 dims = [reader.take("Q") for _ in range(reader.take("I"))]
@@ -150,6 +151,7 @@ def read_header(path: Path) -> GgufHeader:
                 for dim in dims:
                     elements *= dim
                 end = max(end, offset + elements // block * type_size)
+                total += elements
             header_end = fh.tell()
         except _Truncated:
             raise CheckpointError(
@@ -165,4 +167,4 @@ def read_header(path: Path) -> GgufHeader:
             "or copy?); fetch it again"
         )
     architecture = metadata.get("general.architecture")
-    return GgufHeader(version, architecture, metadata, n_tensors, data_start, needed, size)
+    return GgufHeader(version, architecture, metadata, n_tensors, total, data_start, needed, size)

@@ -17,12 +17,13 @@ from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.gguf_header import read_header
 from tasks.checkpoints.hashing import HashMemo, key_of, sha256_file
 from tasks.checkpoints.layout import TOKENIZER_FILES
-from tasks.checkpoints.runner import run_script
+from tasks.checkpoints.runner import Watch, run_script
 from tasks.checkpoints.sources import DcpAssets, Source, dcp_assets
 from tasks.runtime.venv import Runtime
 
 CONVERTER_VERSION = "1"  # GGUF converter; bump when its output changes
 DCP_CONVERTER_VERSION = "2"  # 2: records are CRC-checked; a 1 entry may hold silently damaged weights
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_SHARD_BYTES = 2_000_000_000  # per safetensors shard (save_pretrained's "2GB"); part of the key
 
 
@@ -53,7 +54,8 @@ def gguf_job(gguf: Path, cfg: ModelConfig, runtime: Runtime, name: str, memo: Ha
 
     def run(out: Path) -> dict[str, Any]:
         args = [str(gguf.absolute()), str(out.absolute()), cfg.dtype]
-        return run_script(runtime, "gguf_to_hf.py", args, f"converting model.source {cfg.source}")
+        watch = Watch(out, header.elements * DTYPE_BYTES[cfg.dtype])
+        return run_script(runtime, "gguf_to_hf.py", args, f"converting model.source {cfg.source}", watch)
 
     size = gguf.stat().st_size
     return Job("gguf", name, key, options, {"gguf": {gguf.name: sha}}, size, run, {"gguf": str(gguf)})
@@ -96,7 +98,8 @@ def dcp_job(assets: DcpAssets, cfg: ModelConfig, runtime: Runtime, name: str, me
         with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="evalflow-dcp-job-") as fh:
             json.dump(job, fh)
             fh.flush()
-            return run_script(runtime, "dcp_to_hf.py", [fh.name], f"converting model.source {cfg.source}")
+            watch = Watch(out, size * DTYPE_BYTES[cfg.dtype] // 4)  # RL runs save fp32
+            return run_script(runtime, "dcp_to_hf.py", [fh.name], f"converting model.source {cfg.source}", watch)
 
     details = {
         "weights_dir": str(weights_dir),

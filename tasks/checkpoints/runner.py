@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
+import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ HERE = Path(__file__).parent
 RESULT_PREFIX = "EVALFLOW-RESULT "  # keep in step with _runtime_io.py (which cannot import us)
 ERROR_PREFIX = "EVALFLOW-ERROR "
 PROGRESS_PREFIX = "[convert] "
+PROGRESS_S = 10.0  # the cadence of every progress line (collection, server start, waiting)
 
 
 def script_env(runtime: Runtime) -> dict[str, str]:
@@ -36,8 +40,41 @@ def script_env(runtime: Runtime) -> dict[str, str]:
     return env
 
 
-def run_script(runtime: Runtime, script: str, args: list[str], what: str) -> dict[str, Any]:
-    """Run `tasks/checkpoints/<script>` with the runtime's python; return its result dict."""
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except OSError:  # written or renamed as we look
+            continue
+    return total
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a conversion's progress lines measure: the folder being written and about how big it gets."""
+
+    out_dir: Path
+    expected_bytes: int  # an estimate (tensor elements x the served dtype's size)
+
+
+def _heartbeat(what: str, watch: Watch, stop: threading.Event) -> None:
+    """Every PROGRESS_S: time so far, bytes written of those expected, the rate and the estimated end."""
+    started = time.monotonic()
+    while not stop.wait(PROGRESS_S):
+        elapsed = time.monotonic() - started
+        written = _folder_bytes(watch.out_dir)
+        line = f"{what}: {elapsed:.0f} s, written {written / 1e6:,.0f} of about {watch.expected_bytes / 1e6:,.0f} MB"
+        if written:  # the rate counts from the start: reading and dequantizing come first
+            rate = written / elapsed
+            left = max(watch.expected_bytes - written, 0)
+            line += f" ({rate / 1e6:.1f} MB/s, about {left / rate:.0f} s left)"
+        get_logger().info(line)
+
+
+def run_script(runtime: Runtime, script: str, args: list[str], what: str, watch: Watch | None = None) -> dict[str, Any]:
+    """Run `tasks/checkpoints/<script>` with the runtime's python; return its result dict. With `watch`
+    a line every PROGRESS_S says how far it is (bytes written of those expected, estimated end)."""
     logger = get_logger()
     cmd = [str(runtime.python), str(HERE / script), *args]
     tail: deque[str] = deque(maxlen=40)
@@ -47,6 +84,9 @@ def run_script(runtime: Runtime, script: str, args: list[str], what: str) -> dic
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=script_env(runtime),  # the caller's working directory: every path it passes is absolute already
     )  # fmt: skip
+    stop = threading.Event()
+    if watch is not None:
+        threading.Thread(target=_heartbeat, args=(what, watch, stop), daemon=True).start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -61,6 +101,7 @@ def run_script(runtime: Runtime, script: str, args: list[str], what: str) -> dic
                 tail.append(line)
         code = proc.wait()
     finally:
+        stop.set()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

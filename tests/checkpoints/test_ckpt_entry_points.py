@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,7 @@ def test_relative_paths_from_another_directory_convert_and_fail_in_one_line(
     assert (folder / "model.safetensors").stat().st_size > 100e6
     fingerprint = json.loads((folder / MARKER).read_text())["fingerprint"]
     assert fingerprint != EMPTY_SHA and "prepared" in done.stderr
+    assert f"converting {elsewhere / 'model.Q4_1.gguf'} (gguf, 98 MB, bfloat16) -> {folder}" in done.stderr  # progress
     assert not (REPO_ROOT / "tasks/checkpoints/ckpts").exists()  # nothing written into the package
     again = evalflow(elsewhere, "prepare", "model.Q4_1.gguf", "--cache-dir", "ckpts", "--dry-run")
     assert json.loads(again.stdout)["cache"] == "hit"
@@ -145,3 +147,44 @@ def test_relative_paths_from_another_directory_convert_and_fail_in_one_line(
     assert frames == []  # Prefect's task and flow runs log their failure as a line, not a traceback
     entries = [p for p in (elsewhere / "ckpts").iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert entries == [folder]  # the failed conversion left no entry
+
+
+def test_prepare_says_what_it_does_on_stderr_and_the_path_on_stdout(dcp_nemo: Path, elsewhere: Path) -> None:
+    """Before, `log_to_stderr` was a `basicConfig` after Prefect had configured logging: nothing showed."""
+    link_step(dcp_nemo, elsewhere / "step_1")
+    done = evalflow(elsewhere, "prepare", "step_1", "--cache-dir", "c")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = elsewhere / "c" / done.stdout.strip().rsplit("/", 1)[-1]
+    assert done.stdout.strip().splitlines() == [str(folder)]
+    assert (
+        f"converting {elsewhere / 'step_1'} (dcp, " in done.stderr
+        and f"converted {elsewhere / 'step_1'} in " in done.stderr
+    )
+    assert "shard 1/1: " in done.stderr  # the converter's own progress lines
+
+
+def test_the_heartbeat_says_written_bytes_rate_and_time_left(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import threading
+    import time
+
+    from tasks.checkpoints import runner
+
+    out = tmp_path / "out"
+    out.mkdir()
+    stop = threading.Event()
+    caplog.set_level(logging.INFO)
+    runner.PROGRESS_S, saved = 0.2, runner.PROGRESS_S
+    try:
+        beat = threading.Thread(target=runner._heartbeat, args=("converting x", runner.Watch(out, 4_000_000), stop))
+        beat.start()
+        time.sleep(0.3)
+        (out / "model.safetensors").write_bytes(b"\0" * 1_000_000)
+        time.sleep(0.3)
+        stop.set()
+        beat.join()
+    finally:
+        runner.PROGRESS_S = saved
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("converting x: 0 s, written 0 of about 4 MB") and "left" not in lines[0]
+    assert re.search(r"written 1 of about 4 MB \(\d+\.\d MB/s, about \d+ s left\)$", lines[-1]), lines
