@@ -83,6 +83,10 @@ def dcp_job(assets: DcpAssets, cfg: ModelConfig, runtime: Runtime, name: str, me
         "tokenizer": _hashes(tokenizer_dir, [*TOKENIZER_FILES, "generation_config.json"], memo),
     }
     check_hf_architecture(cfg.source, read_config(config_dir), runtime)
+    checked = f"dcp-shards:{key_of(inputs['weights'])}"  # once per content: torch takes seconds to import
+    if runtime.is_complete() and not memo.is_validated(checked):
+        run_script(runtime, "dcp_check.py", [str(weights_dir.resolve())], f"checking model.source {cfg.source}")
+        memo.mark_validated(checked)
     key = key_of({"kind": "dcp", **options, **inputs})
     size = sum((weights_dir / n).stat().st_size for n in shards)
 

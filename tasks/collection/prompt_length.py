@@ -45,7 +45,7 @@ def count_tokens(
 ) -> list[int]:
     """Prompt tokens per request, from the cache or the runtime's tokenizer."""
     digest = hashlib.sha256(canonical_json([fingerprint, template, requests]).encode()).hexdigest()[:24]
-    cached = cache_root_of(config.model) / "prompt-tokens" / f"{digest}.json"
+    cached = cache_root_of(config.model) / ".prompt-tokens" / f"{digest}.json"  # a dot-folder: not an entry
     if cached.is_file():
         return json.loads(cached.read_text())["counts"]
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="evalflow-prompts-") as fh:

@@ -95,6 +95,15 @@ def test_a_dcp_config_error_names_the_option_typed(dcp_flat: Path, elsewhere: Pa
     assert "--config-path" in line and "model.config_path" not in line
 
 
+def test_a_dcp_missing_a_shard_fails_the_dry_run(dcp_nemo: Path, elsewhere: Path) -> None:
+    """`.metadata` is read against the shard files in the plan (no tensor loaded), not minutes later."""
+    step = link_step(dcp_nemo, elsewhere / "step_1")
+    (step / "policy/weights/__0_1.distcp").unlink()
+    done = evalflow(elsewhere, "run", "--dry-run", "model.source=step_1", "model.cache_dir=c")
+    line = one_line(done, f"dry run: checking model.source {step}: ")
+    assert line.endswith(f"{step / 'policy/weights/__0_1.distcp'} is missing: .metadata lists it")
+
+
 def test_an_entry_without_its_files_is_no_hit(default_gguf: Path, tmp_path: Path) -> None:
     """Written by an older evalflow that published an empty conversion: the marker alone is not a model."""
     cache = tmp_path / "cache"
