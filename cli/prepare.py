@@ -20,15 +20,18 @@ DEFAULTS = ModelConfig()
 
 
 def as_typed(message: str) -> str:
-    """Messages name config fields (`model.config_path`); here the user typed options (`--config-path`)."""
+    """Messages name config fields (`model.config_path`, or `output_dir:` leading a validation error);
+    here the user typed options (`--config-path`) and the SOURCE argument."""
 
-    def option(match: re.Match[str]) -> str:
-        field = match.group(1)
+    def option(field: str) -> str:
         if field == "source":
             return "source"
-        return f"--{field.replace('_', '-')}" if field in FIELDS else match.group(0)
+        if field == "storage_options":
+            return "--option"
+        return f"--{field.replace('_', '-')}"
 
-    return re.sub(r"\bmodel\.(\w+)", option, message)
+    message = re.sub(r"\bmodel\.(\w+)", lambda m: option(m[1]) if m[1] in FIELDS else m[0], message)
+    return re.sub(r"(^|; )(\w+): ", lambda m: m[1] + option(m[2]) + ": " if m[2] in FIELDS else m[0], message)
 
 
 def prepare(
@@ -83,7 +86,7 @@ def prepare(
     try:
         cfg = ModelConfig(**fields, storage_options=fsspec_options)
     except ValueError as exc:  # pydantic's ValidationError
-        fail("invalid model options", exc)
+        fail("invalid model options", as_typed(one_line(exc)))
     log_to_stderr()
     try:
         if dry_run:

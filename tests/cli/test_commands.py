@@ -149,8 +149,8 @@ def test_prepare_dry_run_of_an_s3_source_plans_the_download(evalflow: Callable[.
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["smollm2-135m-instruct", "--force", "--skip"], "invalid model options: model.force"),
-        (["smollm2-135m-instruct", "--output-dir", "s3://bucket/x"], "invalid model options: output_dir: "),
+        (["smollm2-135m-instruct", "--force", "--skip"], "invalid model options: --force (convert again) and --skip"),
+        (["smollm2-135m-instruct", "--output-dir", "s3://bucket/x"], "invalid model options: --output-dir: "),
         (["smollm2-135m-instruct", "--option", "endpoint"], "invalid --option: "),
         (["/nonexistent/step_100", "--kind", "dcp"], "cannot prepare the model: source '/nonexistent/step_100'"),
     ],
