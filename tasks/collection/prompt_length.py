@@ -75,7 +75,10 @@ def check_prompt_lengths(
         limit = config.server.max_model_len - max_tokens
         tokens = [next(counts) for _ in bench.rows]
         over = [(row, n) for row, n in zip(bench.rows, tokens, strict=True) if n > limit]
-        summary = {"limit": limit, "longest": max(tokens), "policy": bench.on_long_prompt, "skipped": len(over)}
+        summary = {
+            "limit": limit, "longest": max(tokens), "policy": bench.on_long_prompt, "prompts": len(tokens),
+            "skipped": len(over),
+        }  # fmt: skip
         if over and bench.on_long_prompt == "fail":
             row, n = over[0]
             where = bench.places.get(bench.env.prompt_id(row), f"prompt {bench.env.prompt_id(row)!r}")

@@ -237,7 +237,7 @@ def _run_value(value: Any) -> str:
 
 def run_sections(run_info: dict[str, Any]) -> list[Section]:
     """The run's identity (scalars, plus the wall-clock duration) and its stage timings."""
-    skip = {"config", "timings", "stage_timings", "provenance", "shards"}
+    skip = {"config", "timings", "stage_timings", "provenance", "shards", "long_prompts"}  # own tables or note
     scalars = [(k, "–" if v is None else _run_value(v)) for k, v in run_info.items() if k not in skip]
     start, end = _as_datetime(run_info.get("started_at")), _as_datetime(run_info.get("finished_at"))
     if start and end:

@@ -55,6 +55,7 @@ class ReportView:
     run: list[Section]
     config_json: str  # redacted
     benchmarks: list[BenchmarkView]
+    note: str | None = None  # what the run left out on purpose (prompts over the context, skipped)
 
     @property
     def has_charts(self) -> bool:
@@ -74,6 +75,19 @@ def status_banner(run_info: Mapping[str, Any]) -> str | None:
     if state == "failed":
         return f"FAILED: {status.get('reason', '')}. These numbers are not a result; this run is never a baseline."
     return f"INCOMPLETE: {status.get('reason', '')}. Metrics cover the collected rollouts only; never a baseline."
+
+
+def skipped_note(run_info: Mapping[str, Any]) -> str | None:
+    """The line under the title of a run that skipped prompts over the context (on_long_prompt: skip)."""
+    parts = [
+        f"{name} {info['skipped']} of {info['prompts']} prompts (over {info['limit']} tokens; the longest "
+        f"{info['longest']})"
+        for name, info in (run_info.get("long_prompts") or {}).items()
+        if info.get("skipped")
+    ]
+    if not parts:
+        return None
+    return "Skipped, as benchmarks.N.on_long_prompt: skip asks: " + "; ".join(parts) + ". Metrics cover the rest."
 
 
 def config_json(run_info: Mapping[str, Any]) -> str:
@@ -121,4 +135,5 @@ def report_view(
         run=run_sections(run_info),
         config_json=config_json(run_info),
         benchmarks=benchmarks,
+        note=skipped_note(run_info),
     )

@@ -392,3 +392,17 @@ def test_a_sharded_run_lists_its_shards_in_their_own_table() -> None:
     assert "shards" not in dict(sections[0].table.rows)  # not a dict dumped into the Run table
     table = next(s.table for s in sections if s.title == "Shards")
     assert table.rows == [["1", "3", "Completed", "1", "61.2", "a"], ["2", "2", "Completed", "2", "140.0", "b, c"]]
+
+
+def test_skipped_long_prompts_are_said_under_the_title(store: Store, run_files: list[str]) -> None:
+    """on_long_prompt: skip leaves prompts out: the report says how many, of how many, and why."""
+    metrics = declare_env_metrics(analyze(run_files, store))
+    long = {"gsm8k": {"limit": 1536, "longest": 4856, "policy": "skip", "prompts": 5, "skipped": 2}}
+    urls = write_report(store.path("skipped"), metrics, run_info(long_prompts=long), run_files, store)
+    note = "gsm8k 2 of 5 prompts (over 1536 tokens; the longest 4856)"
+    md, html = read(urls["markdown"]), read(urls["html"])
+    assert md.split("## Headline")[0].count(note) == 1 and "on_long_prompt: skip" in md
+    assert f'<p class="run-note">Skipped, as benchmarks.N.on_long_prompt: skip asks: {note}' in html
+    assert "long_prompts" not in md  # a note, not a dict in the Run table
+    plain = write_report(store.path("plain"), metrics, run_info(), run_files, store)
+    assert "Skipped, as" not in read(plain["markdown"])
