@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any, NoReturn
 
 import typer
@@ -46,10 +47,21 @@ def log_to_stderr() -> None:
     stdout stays the answer. A handler of evalflow's own logger: Prefect configures the root logger on
     import (a `basicConfig` afterwards does nothing)."""
     logger = logging.getLogger("evalflow")
-    if not any(getattr(h, "evalflow_stderr", False) for h in logger.handlers):
-        handler = logging.StreamHandler()  # sys.stderr
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        handler.evalflow_stderr = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a record comes (a test runner swaps it per command)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
