@@ -51,6 +51,8 @@ def test_one_holder_at_a_time_and_release_frees_it(store: Store) -> None:
     assert b.acquire_lock("batch-1", "run-b", acquire_timeout=1)
     with pytest.raises(ValueError, match="no lock"):
         a.release_lock("batch-1", "run-a")
+    b.release_lock("batch-1", "run-b")
+    b.release_lock("batch-2", "run-b")  # their renewers stop before the store does
 
 
 def test_a_renewed_lease_holds_past_its_length_and_a_dead_ones_is_taken_over(store: Store) -> None:
