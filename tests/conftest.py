@@ -54,6 +54,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
+@pytest.fixture(autouse=True)
+def _evalflow_logger_restored() -> Iterator[None]:
+    """A command run in-process (CliRunner) points the `evalflow` logger at stderr and stops it
+    propagating: undone after each test, so a later test's caplog still sees evalflow's records."""
+    logger = logging.getLogger("evalflow")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
 def _skip_is_failure() -> bool:
     """CI installs everything the tests need (Chromium, root for the sandbox): a skip there is a defect."""
     return bool(os.environ.get("CI")) and not os.environ.get("EVALFLOW_ALLOW_SKIPS")

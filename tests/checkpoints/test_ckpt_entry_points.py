@@ -9,10 +9,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
 from core.config import ModelConfig
 from tasks.checkpoints.decide import decide
 from tasks.checkpoints.errors import CheckpointError
@@ -29,8 +33,22 @@ EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 def evalflow(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`evalflow ARGS` as a user runs it: its own process, in `cwd`."""
     env = {k: v for k, v in os.environ.items() if k not in ("EVALFLOW_CHECKPOINT_CACHE",)}
     return subprocess.run([EVALFLOW, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def here(monkeypatch: pytest.MonkeyPatch) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`evalflow ARGS` in this process, in `cwd` (saves each dry run the 2 s of a new process's imports)."""
+    monkeypatch.delenv("EVALFLOW_CHECKPOINT_CACHE", raising=False)
+
+    def invoke(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        monkeypatch.chdir(cwd)
+        result = CliRunner().invoke(app, list(args), prog_name="evalflow")
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+    return invoke
 
 
 def one_line(done: subprocess.CompletedProcess[str], starts: str) -> str:
@@ -55,28 +73,28 @@ def elsewhere(tmp_path: Path) -> Path:
     return cwd
 
 
-def test_a_truncated_gguf_fails_every_dry_run_saying_so(default_gguf: Path, elsewhere: Path) -> None:
+def test_a_truncated_gguf_fails_every_dry_run_saying_so(default_gguf: Path, elsewhere: Path, here: Any) -> None:
     size = default_gguf.stat().st_size
     with default_gguf.open("rb") as src:
         (elsewhere / "cut.gguf").write_bytes(src.read(size // 2))  # an interrupted download
         src.seek(0)
         (elsewhere / "head.gguf").write_bytes(src.read(4096))  # cut inside the header
-    line = one_line(evalflow(elsewhere, "prepare", "cut.gguf", "--dry-run"), "cannot prepare the model: source ")
+    line = one_line(here(elsewhere, "prepare", "cut.gguf", "--dry-run"), "cannot prepare the model: source ")
     assert f"{elsewhere / 'cut.gguf'} is truncated: {size // 2} bytes, its 272 tensors need {size}" in line
-    line = one_line(evalflow(elsewhere, "run", "--dry-run", "model.source=head.gguf"), "dry run: model.source ")
+    line = one_line(here(elsewhere, "run", "--dry-run", "model.source=head.gguf"), "dry run: model.source ")
     assert "is truncated: the file ends inside its header, after 4096 bytes" in line
     line = one_line(evalflow(elsewhere, "run", "model.source=cut.gguf", "benchmarks.0.limit=1"), "cannot start the run")
     assert "is truncated" in line
 
 
 def test_an_unknown_architecture_fails_the_dry_run(
-    default_gguf: Path, base_model: PreparedModel, dcp_nemo: Path, elsewhere: Path
+    default_gguf: Path, base_model: PreparedModel, dcp_nemo: Path, elsewhere: Path, here: Any
 ) -> None:
     data = default_gguf.read_bytes()
     at = data.index(b"general.architecture") + len(b"general.architecture") + 12  # type (4), length (8)
     assert data[at : at + 5] == b"llama"
     (elsewhere / "other.gguf").write_bytes(data[:at] + b"lxama" + data[at + 5 :])
-    line = one_line(evalflow(elsewhere, "prepare", "other.gguf", "--dry-run"), "cannot prepare the model: source ")
+    line = one_line(here(elsewhere, "prepare", "other.gguf", "--dry-run"), "cannot prepare the model: source ")
     assert "GGUF architecture 'lxama' is unknown to this runtime's transformers" in line
 
     link_step(dcp_nemo, elsewhere / "run" / "step_1")
@@ -84,22 +102,22 @@ def test_an_unknown_architecture_fails_the_dry_run(
     hf.mkdir()
     config = json.loads(Path(base_model.path, "config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"], "model_type": "foo"}))
-    done = evalflow(elsewhere, "run", "--dry-run", "model.source=run/step_1", "model.config_path=arch")
+    done = here(elsewhere, "run", "--dry-run", "model.source=run/step_1", "model.config_path=arch")
     line = one_line(done, "dry run: model.source ")
     assert "architecture FooForCausalLM (model_type 'foo') is unknown to this runtime's vLLM" in line
 
 
-def test_a_dcp_config_error_names_the_option_typed(dcp_flat: Path, elsewhere: Path) -> None:
+def test_a_dcp_config_error_names_the_option_typed(dcp_flat: Path, elsewhere: Path, here: Any) -> None:
     link_step(dcp_flat, elsewhere / "step_1")
-    line = one_line(evalflow(elsewhere, "prepare", "step_1", "--dry-run"), "cannot prepare the model: source ")
+    line = one_line(here(elsewhere, "prepare", "step_1", "--dry-run"), "cannot prepare the model: source ")
     assert "--config-path" in line and "model.config_path" not in line
 
 
-def test_a_dcp_missing_a_shard_fails_the_dry_run(dcp_nemo: Path, elsewhere: Path) -> None:
+def test_a_dcp_missing_a_shard_fails_the_dry_run(dcp_nemo: Path, elsewhere: Path, here: Any) -> None:
     """`.metadata` is read against the shard files in the plan (no tensor loaded), not minutes later."""
     step = link_step(dcp_nemo, elsewhere / "step_1")
     (step / "policy/weights/__0_1.distcp").unlink()
-    done = evalflow(elsewhere, "run", "--dry-run", "model.source=step_1", "model.cache_dir=c")
+    done = here(elsewhere, "run", "--dry-run", "model.source=step_1", "model.cache_dir=c")
     line = one_line(done, f"dry run: checking model.source {step}: ")
     assert line.endswith(f"{step / 'policy/weights/__0_1.distcp'} is missing: .metadata lists it")
 
