@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
@@ -24,10 +23,9 @@ GGUF_RENAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gp
 
 
 @cache
-def _lists(path: Path) -> dict[str, Any]:
-    runtime = Runtime("?", path)
-    file = path / FILE
-    with FileLock(str(path / f".{FILE}.lock")):
+def _lists(runtime: Runtime) -> dict[str, Any]:
+    file = runtime.path / FILE
+    with FileLock(str(runtime.path / f".{FILE}.lock")):
         if not file.is_file():
             found = run_script(runtime, "list_architectures.py", [], "listing the runtime's architectures")
             tmp = file.with_suffix(f".tmp-{os.getpid()}")
@@ -38,7 +36,7 @@ def _lists(path: Path) -> dict[str, Any]:
 
 def runtime_lists(runtime: Runtime) -> dict[str, Any] | None:
     """The runtime's lists, or None while it is not installed (a dry run before the first run)."""
-    return _lists(runtime.path) if runtime.is_complete() else None
+    return _lists(runtime) if runtime.is_complete() else None
 
 
 def check_gguf_architecture(source: str, architecture: str | None, runtime: Runtime) -> None:
