@@ -1,4 +1,4 @@
-"""MATH-style competition problems: math-verify equivalence of the last `\\boxed{}`, and lm-eval's minerva exact match.
+"""MATH-style competition problems: lm-eval 0.4.13 minerva_math's exact_match and math_verify, and a boxed check.
 
 Chat prompts with optional few-shot turns, or lm-eval's minerva_math plain-completion prompt (`mode: completion`).
 """
@@ -8,10 +8,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any, ClassVar, Literal
 
+from envs import main_thread
 from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
 from envs.datasets import read_examples
 from envs.extract import answers_equal, last_boxed
-from envs.math_minerva import minerva_answer, minerva_exact_match
+from envs.math_minerva import exact_match, final_answer_line, math_verify
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
 FEWSHOT_PATH = REPO_ROOT / "data" / "math" / "fewshot.jsonl"
@@ -25,6 +26,7 @@ COMPLETION_FEWSHOT_DELIMITER = "\n\n"
 COMPLETION_STOP = ["Problem:", "</s>", "<|im_end|>"]
 MODES = ("chat", "completion")
 EXACT_MATCH = "exact_match"
+MATH_VERIFY = "math_verify"
 
 
 def _reference_of(row: dict[str, Any]) -> str | None:
@@ -36,6 +38,35 @@ def _reference_of(row: dict[str, Any]) -> str | None:
         return answer.strip()
     solution = row.get("solution")
     return last_boxed(solution) if isinstance(solution, str) else None
+
+
+def lm_eval_solution(row: dict[str, Any]) -> str:
+    """The reference solution lm-eval's two metrics read: the row's `solution`, else its answer boxed."""
+    solution = row.get("solution")
+    if isinstance(solution, str) and solution.strip():
+        return solution
+    return f"$\\boxed{{{_reference_of(row)}}}$"
+
+
+def score_completion(row: dict[str, Any], completion: str) -> Score:
+    """The three judges' verdicts on one completion (main thread only: see envs.main_thread)."""
+    ref = _reference_of(row)
+    if ref is None:
+        raise DatasetError(f"row {row.get('id', '?')}: no reference answer")
+    solution = lm_eval_solution(row)
+    boxed, line = last_boxed(completion), final_answer_line(completion)
+    answer = boxed if boxed is not None else line
+    lm_exact, (lm_verify, extracted) = exact_match(completion, solution), math_verify(completion, solution)
+    success = lm_exact or lm_verify or math_equal(answer, ref)
+    answer = answer if answer is not None else extracted
+    info = {
+        EXACT_MATCH: lm_exact,
+        MATH_VERIFY: lm_verify,
+        "minerva_answer": line,
+        "boxed_answer": boxed,
+        "parse_error": answer is None,
+    }
+    return Score(reward=1.0 if success else 0.0, success=success, parsed_answer=answer, info=info)
 
 
 def math_equal(pred: str | None, ref: str) -> bool:
@@ -67,24 +98,20 @@ class MathEnv(SingleTurnEnv):
     the examples as user/assistant turns, each user turn asking for a `\\boxed{}` answer) or "completion"
     (lm-eval's plain "Problem:\\n...\\n\\nSolution:" prompt for the completions API, for base models).
 
-    Scores: the reward is math-verify equivalence of the last `\\boxed{}` with the reference. `exact_match`
-    is lm-eval minerva_math's: the answer after "Final Answer: The final answer is", normalized by Minerva's
-    `normalize_final_answer`, against the reference normalized the same way. Two differences from lm-eval:
-    the strings are compared as they are, where lm-eval parses both with sympy's `parse_latex` and checks
-    that the difference simplifies to 0 (so `\\frac{1}{2}` vs `0.5` counts there, not here; and identical
-    strings sympy cannot parse, such as `[2,5)`, count here, not there); and a completion with no Final
-    Answer line is scored on its last `\\boxed{}` (lm-eval scores it wrong).
+    Scores, on the main thread of a process (envs.main_thread: sympy's and math-verify's timeouts are
+    SIGALRM): `exact_match` and `math_verify` are lm-evaluation-harness 0.4.13 minerva_math's, by its own
+    code (envs.math_minerva), against the row's `solution`, or for a row with only an `answer` the solution
+    `$\\boxed{<answer>}$`. The reward is 1 when any of three judges accepts the completion: those two, or
+    math-verify equivalence of its last `\\boxed{}` (else its Final Answer line) with the reference answer.
     """
 
     name: ClassVar[str] = "math"
-    version: ClassVar[str] = "3"  # 3: few-shot and completion modes, lm-eval minerva exact_match
+    version: ClassVar[str] = "4"  # 4: lm-eval 0.4.13's exact_match and math_verify; the reward accepts both
     default_dataset: ClassVar[str] = "data/math/test.jsonl"
     # lm-eval results key (metric,filter): minerva_math has no filter.
-    # minerva_math's two scores: its exact match, and math-verify equivalence (here of the last \\boxed{} or
-    # final-answer line, which is this env's reward; lm-eval's math_verify parses the whole response)
     lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = (
         ("exact_match,none", EXACT_MATCH),
-        ("math_verify,none", "pass@1"),
+        ("math_verify,none", MATH_VERIFY),
     )
     metrics: ClassVar[tuple[MetricSpec, ...]] = (
         MetricSpec(
@@ -92,10 +119,25 @@ class MathEnv(SingleTurnEnv):
             "exact_match (lm-eval minerva)",
             "rate",
             headline=True,
-            description="lm-evaluation-harness minerva_math exact_match: the answer after 'The final answer is' "
-            "(else the last \\boxed{}), Minerva-normalized, equals the normalized reference as a string",
+            description="lm-evaluation-harness 0.4.13 minerva_math exact_match: the answer after 'Final Answer: "
+            "The final answer is', Minerva-normalized, equals the reference solution's normalized last \\boxed{} "
+            "as a string or by sympy",
         ),
-        MetricSpec("parse_error", "no answer", "rate", description="the completion has no \\boxed{} answer"),
+        MetricSpec(
+            MATH_VERIFY,
+            "math_verify (lm-eval minerva)",
+            "rate",
+            headline=True,
+            description="lm-evaluation-harness 0.4.13 minerva_math math_verify: math-verify's parse of the whole "
+            "completion verifies against its parse of the reference solution",
+        ),
+        MetricSpec(
+            "parse_error",
+            "no answer",
+            "rate",
+            description="the completion has no \\boxed{} answer, no Final Answer line and nothing math-verify "
+            "can read as an answer",
+        ),
     )
 
     def __init__(
@@ -172,16 +214,8 @@ class MathEnv(SingleTurnEnv):
         return list(COMPLETION_STOP) if self.mode == "completion" else None
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
-        ref = self.reference(row)
-        boxed = last_boxed(completion)
-        minerva = minerva_answer(completion)
-        # the last \boxed{}, else the few-shot format's "The final answer is $X$" line
-        answer = boxed if boxed is not None else minerva
-        success = math_equal(answer, ref)
-        info = {
-            EXACT_MATCH: minerva_exact_match(minerva, ref),
-            "minerva_answer": minerva,
-            "boxed_answer": boxed,
-            "parse_error": answer is None,
-        }
-        return Score(reward=1.0 if success else 0.0, success=success, parsed_answer=answer, info=info)
+        return main_thread.call(score_completion, row, completion)
+
+    async def ascore(self, row: dict[str, Any], completion: str) -> Score:
+        """Scored in a worker process, off the event loop (sympy can take seconds)."""
+        return await main_thread.acall(score_completion, row, completion)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from envs.base import DatasetError
@@ -21,26 +24,30 @@ def test_prompt() -> None:
 
 
 @pytest.mark.parametrize(
-    ("completion", "success", "boxed"),
+    ("completion", "success", "boxed", "verify", "parsed"),
     [
-        ("Halve both: \\boxed{\\frac{1}{2}}.", True, "\\frac{1}{2}"),
-        ("The answer is $\\boxed{0.5}$", True, "0.5"),
-        ("\\boxed{\\dfrac{1}{2}}", True, "\\dfrac{1}{2}"),
-        ("First \\boxed{2}, no wait: \\boxed{\\frac{2}{4}}", True, "\\frac{2}{4}"),  # the last box counts
-        ("\\boxed{\\frac{1}{3}}", False, "\\frac{1}{3}"),
-        ("The answer is 1/2.", False, None),
-        ("\\boxed{\\frac{1}{2}", False, None),  # cut off before the box closed
+        ("Halve both: \\boxed{\\frac{1}{2}}.", True, "\\frac{1}{2}", True, "\\frac{1}{2}"),
+        ("The answer is $\\boxed{0.5}$", True, "0.5", True, "0.5"),
+        ("\\boxed{\\dfrac{1}{2}}", True, "\\dfrac{1}{2}", True, "\\dfrac{1}{2}"),
+        # the last box counts for the reward; math-verify's parse of the whole text reads another answer
+        ("First \\boxed{2}, no wait: \\boxed{\\frac{2}{4}}", True, "\\frac{2}{4}", False, "\\frac{2}{4}"),
+        ("\\boxed{\\frac{1}{3}}", False, "\\frac{1}{3}", False, "\\frac{1}{3}"),
+        # no box and no Final Answer line: lm-eval's math_verify still reads an answer, and so does the reward
+        ("The answer is 1/2.", True, None, True, "1/2."),  # parsed_answer: the text math-verify read
+        ("\\boxed{\\frac{1}{2}", True, None, True, "{\\frac{1}{2}"),  # cut off before the box closed
+        ("I could not solve it.", False, None, False, None),
     ],
 )
-def test_score(completion: str, success: bool, boxed: str | None) -> None:
+def test_score(completion: str, success: bool, boxed: str | None, verify: bool, parsed: str | None) -> None:
     score = MathEnv().score(ROW, completion)
     assert (score.success, score.reward) == (success, 1.0 if success else 0.0)
-    assert score.parsed_answer == boxed
+    assert score.parsed_answer == parsed
     assert score.info == {
-        "exact_match": success and boxed == ROW["answer"],
-        "minerva_answer": boxed,
+        "exact_match": False,  # no "Final Answer: The final answer is" line
+        "math_verify": verify,
+        "minerva_answer": None,
         "boxed_answer": boxed,
-        "parse_error": boxed is None,
+        "parse_error": parsed is None,
     }
 
 
@@ -117,6 +124,21 @@ def test_shipped_set() -> None:
     for row in rows:
         ref = env.reference(row)
         right = env.score(row, f"Working... so the answer is $\\boxed{{{ref}}}$.")
-        assert right.success and right.info["exact_match"], row
+        assert right.success and right.info["math_verify"] and not right.info["exact_match"], row
+        line = env.score(
+            row, f"So $\\boxed{{{ref}}}$.\nFinal Answer: The final answer is ${ref}$. I hope it is correct."
+        )
+        assert line.success and line.info["exact_match"] and line.info["math_verify"], row
         wrong = env.score(row, "\\boxed{123456789}")
         assert not wrong.success and not wrong.info["exact_match"], row
+
+
+def test_scores_off_the_main_thread_and_in_an_event_loop_equal_the_main_threads() -> None:
+    """sympy's and math-verify's timeouts are SIGALRM, which only a main thread may set: off it, math-verify
+    raises and lm-eval's sympy check says "not equal". The env sends such calls to worker processes."""
+    completion = "So $x = 0.5$.\nFinal Answer: The final answer is $0.5$. I hope it is correct."
+    here = MathEnv().score(ROW, completion)
+    assert (here.info["exact_match"], here.info["math_verify"], here.success) == (True, True, True)
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(MathEnv().score, ROW, completion).result() == here
+    assert asyncio.run(MathEnv().ascore(ROW, completion)) == here

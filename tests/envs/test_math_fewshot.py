@@ -1,4 +1,4 @@
-"""MATH few-shot and completion modes (lm-eval minerva_math's prompt) and the minerva exact_match score."""
+"""MATH few-shot and completion modes (lm-eval minerva_math's prompt) and lm-eval 0.4.13's two minerva scores."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from envs.math import FEWSHOT_PATH, MathEnv
-from envs.math_minerva import final_answer_line, minerva_answer, minerva_exact_match, normalize_final_answer
+from envs.math_minerva import exact_match, final_answer_line, is_equiv, normalize_final_answer, reference_answer
 
 ROW = {"id": "m-1", "problem": "What is $\\frac{2}{4}$ in lowest terms?", "answer": "\\frac{1}{2}"}
 EXAMPLES = [json.loads(line) for line in FEWSHOT_PATH.read_text(encoding="utf-8").splitlines()]
@@ -60,7 +60,7 @@ def test_options_enter_the_fingerprint_and_are_checked() -> None:
             MathEnv(**bad)
 
 
-# Expected values cross-checked against lm-eval's minerva_math `normalize_final_answer` on these inputs.
+# Expected values printed by lm-eval 0.4.13's own `normalize_final_answer` on these inputs.
 @pytest.mark.parametrize(
     ("raw", "normalized"),
     [
@@ -79,19 +79,48 @@ def test_options_enter_the_fingerprint_and_are_checked() -> None:
         ("12 \\text{ ways}", "12"),
         ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt{3}}{2}"),
         ("\\dfrac{1}{2}", "\\dfrac{1}{2}"),
+        # 0.4.13's fixes over the paper's rules: a pair keeps its comma, "\\left" keeps its "ft", indexed roots
+        ("1,2", "1,2"),
+        ("0,1", "0,1"),
+        ("\\left(2,3\\right)", "\\left(2,3\\right)"),
+        ("\\sqrt[3]{8}", "\\sqrt[3]{8}"),
+        ("\\sqrt[3]2", "\\sqrt[3]{2}"),
+        ("(-\\infty, 3]", "(-\\infty,3]"),
+        ("2\\pi cm", "2\\pi"),
     ],
 )
 def test_normalize_final_answer(raw: str, normalized: str) -> None:
     assert normalize_final_answer(raw) == normalized
 
 
+# Verdicts of lm-eval 0.4.13's own `is_equiv` (sympy's parse_latex, then simplify the difference).
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        ("\\dfrac{3}{5}", "\\frac{3}{5}", True),
+        ("0.6", "\\frac{3}{5}", True),
+        ("10.0", "10", True),
+        ("{10}", "10", True),
+        ("x^2+2x+1", "(x+1)^2", True),
+        ("[2,5)", "[2,5)", True),  # sympy cannot parse it, identical strings count
+        ("12", "1,2", False),
+        ("[invalidanswer]", "5", False),
+    ],
+)
+def test_is_equiv_is_lm_evals(a: str, b: str, equal: bool) -> None:
+    assert is_equiv(a, b) is equal
+
+
 def test_answer_extraction() -> None:
     text = "So $\\boxed{3}$.\nFinal Answer: The final answer is $7$. I hope it is correct."
-    assert final_answer_line(text) == "$7$" and minerva_answer(text) == "$7$"  # the Final Answer line wins
-    assert minerva_answer("We get \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"  # else the last box
+    assert final_answer_line(text) == "$7$"
     assert final_answer_line("Final Answer: The final answer is $7$. ") == "$7$"  # cut right before the phrase
-    assert minerva_answer("no answer here") is None
-    assert not minerva_exact_match(None, "1")
+    # lm-eval's pattern needs a space before the appended phrase: "$7$." at the very end is no Final Answer
+    assert final_answer_line("Final Answer: The final answer is $7$.") is None
+    assert final_answer_line("We get \\boxed{\\frac{1}{2}}.") is None
+    assert not exact_match("We get \\boxed{\\frac{1}{2}}.", "$\\boxed{\\frac{1}{2}}$")  # boxed only: 0 in lm-eval
+    assert reference_answer("first \\boxed{2}, then \\boxed{\\dfrac{1}{2}}") == "\\dfrac{1}{2}"
+    assert reference_answer("no box") is None and reference_answer("\\fbox{3}") is None  # lm-eval would crash
 
 
 @pytest.mark.parametrize(
@@ -99,7 +128,9 @@ def test_answer_extraction() -> None:
     [
         ("Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.", 1.0, True),  # no box: the line
         ("$\\boxed{\\frac12}$\nFinal Answer: The final answer is $\\frac12$. I hope it is correct.", 1.0, True),
-        ("The answer is $\\boxed{0.5}$.", 1.0, False),  # equal for math-verify, not as a string
+        ("The answer is $\\boxed{0.5}$.", 1.0, False),  # no Final Answer line: no exact match
+        ("Final Answer: The final answer is $0.5$. I hope it is correct.", 1.0, True),  # sympy: 0.5 = 1/2
+        ("Final Answer: The final answer is $\\dfrac{1}{2}$.", 1.0, False),  # no closing phrase: math_verify only
         ("\\boxed{\\frac{1}{2}}\nFinal Answer: The final answer is $\\frac{1}{3}$. I hope it is correct.", 1.0, False),
     ],
 )
@@ -111,7 +142,9 @@ def test_exact_match_and_reward_are_separate(completion: str, reward: float, exa
 def test_exact_match_is_a_headline_lm_eval_metric() -> None:
     spec = {m.key: m for m in MathEnv.metrics}["exact_match"]
     assert (spec.kind, spec.headline, spec.label) == ("rate", True, "exact_match (lm-eval minerva)")
-    assert MathEnv.lm_eval_metrics == (("exact_match,none", "exact_match"), ("math_verify,none", "pass@1"))
+    assert MathEnv.lm_eval_metrics == (("exact_match,none", "exact_match"), ("math_verify,none", "math_verify"))
+    spec = {m.key: m for m in MathEnv.metrics}["math_verify"]
+    assert (spec.kind, spec.headline, spec.label) == ("rate", True, "math_verify (lm-eval minerva)")
 
 
 def test_a_final_answer_line_without_a_box_is_scored_and_parsed() -> None:

@@ -1,0 +1,105 @@
+"""A throwaway virtual environment with lm-evaluation-harness 0.4.13, to score corpora with lm-eval's own code.
+
+Only the scoring utilities are needed (`lm_eval/tasks/ifeval/`, `lm_eval/tasks/minerva_math/utils.py`), so
+lm-eval is installed without its dependencies (datasets, evaluate, torch extras), beside exactly the versions
+of the libraries those utilities use that evalflow's own environment has (nltk, sympy, math-verify, the ANTLR
+runtime, langdetect, regex): a disagreement then comes from the two codes, never from two library versions.
+Built once per set of versions under `~/.cache/evalflow/lm-eval/` (file-locked, so xdist workers share it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+from filelock import FileLock
+
+LM_EVAL_VERSION = "0.4.13"
+# What lm-eval's ifeval and minerva_math utilities import, pinned to evalflow's versions.
+SHARED = (
+    "nltk",
+    "regex",
+    "langdetect",
+    "sympy",
+    "mpmath",
+    "math-verify",
+    "latex2sympy2-extended",
+    "antlr4-python3-runtime",
+    "packaging",
+    "click",
+    "joblib",
+    "tqdm",
+    "six",
+)
+EXTRA = ("immutabledict==4.2.1",)  # lm-eval's ifeval extra; evalflow does not use it
+SCORER = Path(__file__).with_name("lm_eval_score.py")
+REPO = Path(__file__).resolve().parents[2]
+NLTK_DATA = REPO / "data" / "nltk"
+
+
+def pins() -> list[str]:
+    return [f"lm-eval=={LM_EVAL_VERSION}", *(f"{name}=={version(name)}" for name in SHARED), *EXTRA]
+
+
+def _uv() -> list[str]:
+    found = shutil.which("uv")
+    return [found] if found else [sys.executable, "-m", "uv"]
+
+
+def lm_eval_python() -> Path:
+    """The Python of the throwaway environment, built on first use (a minute with a warm uv cache)."""
+    wanted = pins()
+    key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("EVALFLOW_CACHE_DIR", Path.home() / ".cache" / "evalflow")) / "lm-eval"
+    root.mkdir(parents=True, exist_ok=True)
+    venv = root / f"{LM_EVAL_VERSION}-{key}"
+    python = venv / "bin" / "python"
+    with FileLock(str(root / f"{venv.name}.lock")):
+        if (venv / "evalflow-ready").exists():
+            return python
+        shutil.rmtree(venv, ignore_errors=True)
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        subprocess.run([*_uv(), "venv", "-q", "-p", sys.executable, str(venv)], check=True, env=env)
+        install = [*_uv(), "pip", "install", "-q", "--python", str(python), "--no-deps"]
+        subprocess.run([*install, *wanted], check=True, env=env)
+        (venv / "evalflow-ready").write_text("\n".join(wanted) + "\n")
+    return python
+
+
+def score_with_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> list[dict]:
+    """lm-eval 0.4.13's verdicts for `{"task": "math"|"ifeval", "doc": {...}, "response": str}` items."""
+    return timed_lm_eval(items, seed_langdetect=seed_langdetect)[0]
+
+
+def timed_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> tuple[list[dict], float]:
+    """The verdicts and the seconds lm-eval's scoring functions took (imports and start-up excluded).
+
+    Kept under the cache root by what determines them (the items, the pinned versions, the scorer's source,
+    the seed flag): lm-eval's verdicts on a fixed corpus cannot change, so a rerun scores evalflow's side only.
+    """
+    payload = "".join(json.dumps({k: item[k] for k in ("task", "doc", "response")}) + "\n" for item in items)
+    key = hashlib.sha256(json.dumps([payload, pins(), SCORER.read_text(), seed_langdetect]).encode()).hexdigest()[:16]
+    cached = lm_eval_python().parent.parent / f"verdicts-{key}.json"
+    if cached.exists():
+        saved = json.loads(cached.read_text())
+        return saved["verdicts"], saved["seconds"]
+    env = {**os.environ, "NLTK_DATA": str(NLTK_DATA)}
+    env.pop("VIRTUAL_ENV", None)
+    argv = [str(lm_eval_python()), str(SCORER), *(["--seed-langdetect"] if seed_langdetect else [])]
+    done = subprocess.run(argv, input=payload, capture_output=True, text=True, env=env, check=False)
+    if done.returncode:
+        raise RuntimeError(f"lm-eval scorer failed ({done.returncode}): {done.stderr[-2000:]}")
+    seconds = float(done.stderr.rsplit("scoring seconds:", 1)[1].split()[0])
+    verdicts = [json.loads(line) for line in done.stdout.splitlines()]
+    if len(verdicts) != len(items):
+        raise RuntimeError(f"lm-eval scorer returned {len(verdicts)} verdicts for {len(items)} items")
+    partial = cached.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps({"verdicts": verdicts, "seconds": seconds}))
+    partial.replace(cached)
+    return verdicts, seconds
