@@ -1,6 +1,8 @@
 """IFEval: does the response follow the prompt's verifiable instructions (length, keywords, format, case, ...)?
 
-Scores are IFEval's prompt-level and instruction-level accuracy, strict and loose, under lm-eval's names.
+Scores are IFEval's prompt-level and instruction-level accuracy, strict and loose, under lm-eval's names and
+by lm-evaluation-harness 0.4.13's definitions (envs.ifeval_checks re-expresses its checks, envs.ifeval_text
+counts with the nltk it uses), so they are lm-eval's verdicts wherever lm-eval's are not random.
 """
 
 from __future__ import annotations
@@ -23,17 +25,28 @@ LOOSE_RULE = "on any of 8 variants: as is, without the first line, the last line
 class IFEvalEnv(SingleTurnEnv):
     """Rows in google/IFEval's schema: `{"key": int, "prompt": str, "instruction_id_list": [id],
     "kwargs": [dict]}`, kwargs aligned with the ids (None-valued kwargs count as absent, as the HF dataset
-    stores them), so `hf-dataset:google/IFEval?split=train` loads as is.
+    stores them, and so do other falsy ones, as in lm-eval), so `hf-dataset:google/IFEval?split=train` loads
+    as is.
 
     Options: `mode` "chat" (the prompt as one user turn) or "completion" (the raw prompt to the completions
     API, as lm-eval runs IFEval without a chat template), and `system_prompt` (a system turn; in completion
     mode a first paragraph). No stop sequences: lm-eval's ifeval stops at end of text only.
 
     Reward and success are prompt-level strict accuracy: the response follows every instruction as is.
+
+    Scoring equals lm-eval 0.4.13's `process_results` (tests/fidelity/ifeval_agreement.py compares the two)
+    except where lm-eval's own verdict is random, which evalflow pins: (1) kwargs: lm-eval drops falsy values
+    (None, 0, "", []) and draws a random value for a missing one, a negative count or an `nth_paragraph`
+    past `num_paragraphs`; evalflow drops the same values and rejects such rows in `validate_row`, as it
+    rejects what lm-eval fails on (unknown kwargs, unknown language codes, patterns that do not compile).
+    (2) A `letter` that is no ASCII letter (google/IFEval keys 1122 "#" and 1129 "!"): lm-eval counts a
+    random ASCII letter, drawn anew for the strict and the loose check; evalflow counts the character given.
+    (3) langdetect: lm-eval leaves it unseeded, so on a text it finds ambiguous (short, mixed languages) its
+    language verdicts are random; evalflow seeds it 0, and agrees with lm-eval seeded the same way.
     """
 
     name: ClassVar[str] = "ifeval"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: lm-eval 0.4.13's checks, nltk's counts, its kwargs handling
     default_dataset: ClassVar[str] = "data/ifeval/test.jsonl"
     majority_vote: ClassVar[bool] = False
     lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = tuple(

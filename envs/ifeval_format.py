@@ -1,7 +1,9 @@
 """IFEval's structure checks: detectable_format, detectable_content, combination and startend instructions.
 
-Each check takes the response and the instruction's kwargs (validated beforehand) and follows the public
-instruction definitions of IFEval (Zhou et al. 2023), re-implemented for this project.
+Each check takes the response and the instruction's kwargs (validated beforehand by envs.ifeval_checks) and
+re-expresses the check of lm-evaluation-harness 0.4.13 (MIT; its IFEval code is Google's, Apache-2.0, from
+google-research's instruction_following_eval, Zhou et al. 2023) line for line, quirks included: markers and
+section splitters are regular expressions, a title is what `<<[^\\n]+>>` finds with the brackets stripped.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ def number_placeholders(response: str, kw: dict[str, Any]) -> bool:
     return len(re.findall(r"\[.*?\]", response)) >= kw["num_placeholders"]
 
 
-def postscript(response: str, kw: dict[str, Any]) -> bool:
-    """A postscript starting with `postscript_marker` (P.S. / P.P.S tolerate a space between letters)."""
-    marker = kw["postscript_marker"]
+def postscript_pattern(marker: str) -> str:
+    """The regular expression lm-eval looks for: P.S. / P.P.S tolerate a space between letters; any other
+    marker is itself a regular expression (lower-cased, not escaped)."""
+    marker = marker.strip()
     if marker == "P.P.S":
-        pattern = r"\s*p\.\s?p\.\s?s.*$"
-    elif marker == "P.S.":
-        pattern = r"\s*p\.\s?s\..*$"
-    else:
-        pattern = r"\s*" + re.escape(marker.lower()) + r".*$"
-    return bool(re.findall(pattern, response.lower(), flags=re.MULTILINE))
+        return r"\s*p\.\s?p\.\s?s.*$"
+    if marker == "P.S.":
+        return r"\s*p\.\s?s\..*$"
+    return r"\s*" + marker.lower() + r".*$"
+
+
+def postscript(response: str, kw: dict[str, Any]) -> bool:
+    """The marker's pattern occurs anywhere (not only at a line start) in the lower-cased response."""
+    return bool(re.findall(postscript_pattern(kw["postscript_marker"]), response.lower(), flags=re.MULTILINE))
 
 
 def number_bullet_lists(response: str, kw: dict[str, Any]) -> bool:
@@ -53,10 +59,14 @@ def number_highlighted_sections(response: str, kw: dict[str, Any]) -> bool:
     return found >= kw["num_highlights"]
 
 
+def section_pattern(spliter: str) -> str:
+    """A section opener: the stripped `section_spliter` (a regular expression, case-sensitive) and a number."""
+    return r"\s?" + spliter.strip() + r"\s?\d+\s?"
+
+
 def multiple_sections(response: str, kw: dict[str, Any]) -> bool:
     """At least `num_sections` sections, each opened by `section_spliter` and its number (e.g. "Section 2")."""
-    pattern = r"\s?" + re.escape(kw["section_spliter"]) + r"\s?\d+\s?"
-    return len(re.split(pattern, response)) - 1 >= kw["num_sections"]
+    return len(re.split(section_pattern(kw["section_spliter"]), response)) - 1 >= kw["num_sections"]
 
 
 def json_format(response: str, kw: dict[str, Any]) -> bool:
@@ -73,8 +83,9 @@ def json_format(response: str, kw: dict[str, Any]) -> bool:
 
 
 def title(response: str, kw: dict[str, Any]) -> bool:
-    """A non-blank title in double angular brackets, <<like this>>, on one line."""
-    return any(t[2:-2].strip() for t in re.findall(r"<<[^\n]+>>", response))
+    """A title in double angular brackets, <<like this>>, on one line, non-blank once every leading `<` and
+    trailing `>` is stripped (so `<<>>>` is no title, and `<<a>> b <<c>>` is one match)."""
+    return any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", response))
 
 
 def two_responses(response: str, kw: dict[str, Any]) -> bool:

@@ -1,75 +1,89 @@
 """Text measures the IFEval checks share: words, sentences, capitalised words and the response's language.
 
-Words are IFEval's (`\\w+` runs, as nltk's RegexpTokenizer(r"\\w+") counts them). Sentences, capitalised
-words and languages need tools the reference checks borrow (a regex sentence splitter, nltk's word
-tokenizer, langdetect); the first two are approximated here as documented on each function, and the
-language comes from langdetect itself, imported only when a language check runs.
+Each is computed with the tool lm-evaluation-harness 0.4.13's IFEval uses, so that the counts are its
+counts (the regex approximations used before disagreed on about 5% of the edge corpus's sentence, word
+and capital-word cases, tests/fidelity/ifeval_corpus.py): nltk 3.10.4 (pinned) for words
+(`RegexpTokenizer(r"\\w+")`, matched with the `regex` engine, which counts combining marks as word
+characters where `re` does not), sentences (the Punkt model `english`, what lm-eval's
+`nltk.data.load("nltk:tokenizers/punkt/english.pickle")` returns in nltk 3.10) and capital words
+(`nltk.word_tokenize`: Punkt sentences, then the Treebank word tokenizer that splits CANNOT, GONNA and
+DON'T in two); langdetect for languages. The Punkt data ships in `data/nltk/` and is never downloaded:
+nltk is pointed at that folder when IFEval first scores (nltk is imported only then, as it is slow to
+import). lm-eval leaves langdetect unseeded, so its verdict on a text langdetect finds ambiguous is
+random; evalflow seeds it with 0, and gives the verdicts lm-eval gives when seeded so.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-# A period after one of these does not end a sentence (titles, company suffixes, Latin abbreviations).
-ABBREVIATIONS = frozenset(
-    {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "inc", "ltd", "co", "vs", "etc", "e.g", "i.e", "capt", "lt"}
-)
-# A sentence ends at a run of . ! ? (closing quotes or brackets may follow) before whitespace or the end.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
-# One letter, or letters joined by periods (an initial, U.S.A): the period is part of the word.
-_INITIALS = re.compile(r"(?:[A-Za-z]\.)*[A-Za-z]")
-# Treebank tokenizers split contractions off a word: DON'T -> DO + N'T, I'M -> I + 'M.
-_CONTRACTION = re.compile(r"(?i)(?=n't\b)|(?='(?:s|m|d|re|ve|ll)\b)")
+from envs.base import REPO_ROOT
+
+NLTK_DATA = REPO_ROOT / "data" / "nltk"
+PUNKT_DIR = NLTK_DATA / "tokenizers" / "punkt_tab" / "english"
+PUNKT_FILES = ("abbrev_types.txt", "collocations.tab", "ortho_context.tab", "sent_starters.txt")
+LANGDETECT_SEED = 0
+
+
+class MissingNltkData(RuntimeError):
+    """The Punkt model that ships with evalflow is not where it belongs."""
+
+
+@dataclass(frozen=True)
+class _Tokenizers:
+    words: Any  # nltk.tokenize.RegexpTokenizer(r"\w+")
+    sentences: Any  # nltk.tokenize.PunktTokenizer("english"), from data/nltk
+    treebank: Any  # nltk.tokenize.NLTKWordTokenizer, as nltk.word_tokenize uses it
+
+
+def _require_punkt(folder: Path = PUNKT_DIR) -> None:
+    missing = [name for name in PUNKT_FILES if not (folder / name).is_file()]
+    if missing:
+        raise MissingNltkData(
+            f"ifeval: nltk's Punkt model is missing from {folder} ({', '.join(missing)}); it ships with "
+            "evalflow (see data/nltk/README.md) and is never downloaded: restore data/nltk/ from the repository"
+        )
+
+
+@cache
+def _tokenizers() -> _Tokenizers:
+    """nltk's tokenizers, loaded once, with nltk looking in evalflow's data/nltk/ before anywhere else."""
+    _require_punkt()
+    import nltk
+    from nltk.tokenize import NLTKWordTokenizer, PunktTokenizer, RegexpTokenizer
+
+    if str(NLTK_DATA) not in nltk.data.path:
+        nltk.data.path.insert(0, str(NLTK_DATA))
+    return _Tokenizers(RegexpTokenizer(r"\w+"), PunktTokenizer("english"), NLTKWordTokenizer())
 
 
 def count_words(text: str) -> int:
-    """IFEval's word count: runs of word characters (letters, digits, underscore)."""
-    return len(re.findall(r"\w+", text))
-
-
-def _is_abbreviation(text: str, dot: int) -> bool:
-    """Whether the single period at `dot` closes an abbreviation or initial rather than a sentence."""
-    word = re.search(r"[\w.]*$", text[:dot])
-    token = word.group() if word else ""
-    return token.lower() in ABBREVIATIONS or bool(_INITIALS.fullmatch(token))
+    """IFEval's word count: runs of `\\w` characters, in the `regex` engine's Unicode sense."""
+    return len(_tokenizers().words.tokenize(text))
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of a text, approximating the splitter the reference checks use.
-
-    Line breaks are spaces (a line without a full stop does not end a sentence); a sentence ends at
-    `.`, `!`, `?` or an ellipsis followed by whitespace or the end of the text, except a single period
-    after an abbreviation (Mr., Dr., Inc., e.g., ...) or an initial (J., U.S.). Decimals, URLs and file
-    names hold no boundary (their periods are not followed by whitespace). Text after the last stop is
-    one more sentence.
-    """
-    flat = " ".join(text.split())
-    sentences, start = [], 0
-    for m in _SENTENCE_END.finditer(flat):
-        stops = m.group().rstrip("\"'”’)]")
-        if stops == "." and _is_abbreviation(flat, m.start()):
-            continue
-        sentences.append(flat[start : m.end()])
-        start = m.end()
-    sentences.append(flat[start:])
-    return [s.strip() for s in sentences if s.strip()]
+    """The text's sentences as Punkt (English model) finds them."""
+    return list(_tokenizers().sentences.tokenize(text))
 
 
 def count_sentences(text: str) -> int:
-    """The number of sentences (see split_sentences)."""
+    """IFEval's sentence count (see split_sentences)."""
     return len(split_sentences(text))
 
 
-def count_capital_words(text: str) -> int:
-    """Words in capitals (str.isupper: at least one cased letter, none lower case).
+def word_tokens(text: str) -> list[str]:
+    """`nltk.word_tokenize(text)`: Punkt sentences, each split by the improved Treebank word tokenizer."""
+    tools = _tokenizers()
+    return [token for sentence in tools.sentences.tokenize(text) for token in tools.treebank.tokenize(sentence)]
 
-    Approximates nltk's word_tokenize, which the reference uses: tokens are whitespace-separated with
-    contractions split off (DON'T counts twice, as DO and N'T); punctuation attached to a word does not
-    change whether it is upper case, and punctuation alone never is.
-    """
-    return sum(part.isupper() for token in text.split() for part in _CONTRACTION.split(token))
+
+def count_capital_words(text: str) -> int:
+    """IFEval's capital words: word tokens for which str.isupper holds (a cased letter, none lower case)."""
+    return sum(token.isupper() for token in word_tokens(text))
 
 
 @cache
@@ -79,7 +93,7 @@ def _detector_factory() -> Any:
 
     factory = DetectorFactory()
     factory.load_profile(PROFILES_DIRECTORY)
-    factory.seed = 0
+    factory.seed = LANGDETECT_SEED
     return factory
 
 

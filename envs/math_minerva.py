@@ -18,6 +18,8 @@ import re
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
 
 INVALID_ANSWER = "[invalidanswer]"
 END_PHRASE = "I hope it is correct."
@@ -176,6 +178,15 @@ def _alarm(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@lru_cache(maxsize=8192)
+def _parse_latex(latex: str) -> Any:
+    """sympy's `parse_latex`, memoised (a reference is parsed once for all its samples; sympy expressions are
+    immutable). ANTLR parsing is most of the cost of `is_equiv`; failures raise each time, as they are not kept."""
+    from sympy.parsing.latex import parse_latex
+
+    return parse_latex(latex)
+
+
 def is_equiv(x1: str, x2: str) -> bool:
     """lm-eval's `is_equiv` of two normalized answers: identical, or sympy says their difference is 0.
 
@@ -184,12 +195,11 @@ def is_equiv(x1: str, x2: str) -> bool:
     if x1 and x1 == x2:
         return True
     import sympy
-    from sympy.parsing.latex import parse_latex
 
     try:
         with _alarm(SYMPY_TIMEOUT_S):
             try:
-                diff = parse_latex(x1) - parse_latex(x2)
+                diff = _parse_latex(x1) - _parse_latex(x2)
             except (sympy.parsing.latex.errors.LaTeXParsingError, sympy.SympifyError, TypeError):
                 return False
             try:

@@ -128,7 +128,32 @@ def test_metrics_use_lm_eval_names() -> None:
         ({"kwargs": [{"num_words": 20}, *ROW["kwargs"][1:]]}, r"row 3: instruction 0 .*needs kwarg 'relation'"),
         (
             {"kwargs": [{"num_words": "20", "relation": "at least"}, *ROW["kwargs"][1:]]},
-            r"row 3: instruction 0 .*'num_words' must be a non-negative integer, got '20'",
+            r"row 3: instruction 0 .*'num_words' must be a positive integer .*, got '20'",
+        ),
+        # lm-eval drops a 0 (falsy) and draws a random count: a dataset error here
+        ({"kwargs": [{"num_words": 0, "relation": "at least"}, *ROW["kwargs"][1:]]}, r"needs kwarg 'num_words'"),
+        ({"kwargs": [{"num_words": -5, "relation": "at least"}, *ROW["kwargs"][1:]]}, r"must be a positive"),
+        (
+            {"kwargs": [*ROW["kwargs"][:1], {"keywords": ["moon", "(unclosed"]}, *ROW["kwargs"][2:]]},
+            r"row 3: instruction 1 .*valid regular expressions \(lm-eval fails on '\(unclosed'\)",
+        ),
+        (
+            {"instruction_id_list": ["language:response_language"], "kwargs": [{"language": "zh"}]},
+            r"'language' must be one of lm-eval's language codes",
+        ),
+        (
+            {
+                "instruction_id_list": ["length_constraints:nth_paragraph_first_word"],
+                "kwargs": [{"num_paragraphs": 2, "nth_paragraph": 3, "first_word": "so"}],
+            },
+            r"'nth_paragraph' must be at most num_paragraphs, got 3",
+        ),
+        (
+            {
+                "instruction_id_list": ["keywords:letter_frequency"],
+                "kwargs": [{"letter": "ab", "let_frequency": 2, "let_relation": "at least"}],
+            },
+            r"'letter' must be a single character",
         ),
         (
             {"kwargs": [{"num_words": 20, "relation": "at most"}, *ROW["kwargs"][1:]]},
@@ -136,7 +161,7 @@ def test_metrics_use_lm_eval_names() -> None:
         ),
         (
             {"kwargs": [*ROW["kwargs"][:1], {"keywords": "moon"}, *ROW["kwargs"][2:]]},
-            r"row 3: instruction 1 .*'keywords' must be a non-empty list of non-empty strings",
+            r"row 3: instruction 1 .*'keywords' must be a non-empty list of strings",
         ),
         (
             {"kwargs": [*ROW["kwargs"][:2], {"end_phrase": "x"}, ROW["kwargs"][3]]},
@@ -238,3 +263,14 @@ def test_hand_written_responses_give_the_expected_accuracies() -> None:
     inst_loose = [ok for i in infos for ok in i["inst_level_loose_acc"]]
     assert (prompt_strict, prompt_loose) == (6 / 14, 9 / 14)
     assert (sum(inst_strict), sum(inst_loose), len(inst_strict)) == (16, 19, 24)
+
+
+def test_a_public_row_whose_letter_is_no_ascii_letter_counts_that_character() -> None:
+    """google/IFEval key 1122 asks for "#" at least 4 times: lm-eval counts a random letter, evalflow the "#"."""
+    names = sorted({name for instruction in INSTRUCTIONS.values() for name in instruction.kwargs})
+    kwargs = {**dict.fromkeys(names), "let_relation": "at least", "letter": "#", "let_frequency": 4}
+    row = {"key": 1122, "prompt": "Include at least 4 hashtags.", "instruction_id_list": ["keywords:letter_frequency"]}
+    row["kwargs"] = [kwargs]
+    IFEvalEnv().validate_row(row, "row 1")
+    assert IFEvalEnv().score(row, "#sun #sea #sand #surf").success
+    assert not IFEvalEnv().score(row, "#sun #sea #sand").success
