@@ -11,7 +11,6 @@ its signature, and postponed (string) annotations leave `EvalConfig` unresolved 
 import asyncio
 import contextlib
 import json
-import sys
 import tempfile
 import uuid
 from datetime import UTC, datetime
@@ -349,12 +348,3 @@ def _kept_rollouts(store: Store, run_dir: str, collected: Collected) -> list[str
             store.copy(failure.kept_url, target)
             urls.append(target)
     return urls
-
-
-# --- command line ---------------------------------------------------------------------------------
-
-
-if __name__ == "__main__":  # `python -m flows.eval ARGS` is `evalflow run ARGS` (kept for existing scripts)
-    from cli.main import app
-
-    app(["run", *sys.argv[1:]], prog_name="python -m flows.eval")

@@ -15,7 +15,6 @@ No `from __future__ import annotations`: deployments validate parameters against
 import asyncio
 import itertools
 import json
-import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -212,9 +211,3 @@ def load_sweep(sweep_path: str, config_path: str | None) -> tuple[SweepFile, str
     if not base:
         raise SweepError(f"no base config: pass --config FILE or set `base:` in {sweep_path}")
     return spec, base
-
-
-if __name__ == "__main__":  # `python -m flows.sweep ARGS` is `evalflow sweep ARGS`
-    from cli.main import app
-
-    app(["sweep", *sys.argv[1:]], prog_name="python -m flows.sweep")

@@ -125,12 +125,12 @@ def test_sweep_report_puts_points_side_by_side() -> None:
 
 
 def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path) -> None:
-    """`python -m flows.sweep` (kept for existing scripts) is `evalflow sweep`."""
+    """`python -m cli sweep` (the command line without the installed `evalflow` script)."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("base: configs/demo.yaml\ngrid:\n  benchmarks.0.repeats: [1, 3]\n")
     store = tmp_path / "store"
     args = ["--sweep", str(sweep), "--config", "configs/demo.yaml", f"store.url={store}", "--dry-run"]
-    out = subprocess.run([sys.executable, "-m", "flows.sweep", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "cli", "sweep", *args], cwd=REPO_ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(p["values"], p["rollouts"]["to_generate"]) for p in lines] == [
