@@ -1,7 +1,7 @@
 """Python programming benchmarks (MBPP, HumanEval): the model writes code, a judged sandbox run tests it.
 
 The model's code is loaded in the sandbox; the row's tests run in a separate judge process that calls it
-with plain data and compares results itself (envs/sandbox.py `run_tests`), so a program cannot pass by
+with plain data and compares results itself (sandbox/runner.py `run_tests`), so a program cannot pass by
 exiting early, patching the harness or returning objects that claim to equal anything.
 Scoring runs subprocesses, so these envs score asynchronously: `await env.ascore(row, completion)`.
 The synchronous `score` of the SingleTurnEnv protocol raises; rollout code awaits `ascore` when an env
@@ -31,7 +31,7 @@ from envs.code_prompts import (
     mbpp_prompt,
     mbpp_target,
 )
-from envs.sandbox import TestSpec, run_tests
+from sandbox.runner import TestSpec, run_tests
 
 MAX_PARSED_CHARS = 4000
 STDERR_TAIL_CHARS = 500

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from envs import sandbox
 from envs.base import REPO_ROOT, DatasetError, Score
 from envs.code import MAX_PARSED_CHARS, HumanEvalEnv, MBPPEnv, defines, extract_code
 from envs.datasets import load_rows
+from sandbox import runner
 
-NO_SANDBOX = sandbox._static_problem(sandbox.default_interpreter()[0])
+NO_SANDBOX = runner._static_problem(runner.default_interpreter()[0])
 needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
 
 MBPP_ROW = {

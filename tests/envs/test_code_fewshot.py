@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from envs import sandbox
 from envs.base import Score
 from envs.code import HumanEvalEnv, MBPPEnv
 from envs.code_prompts import MBPP_FEWSHOT_PATH
+from sandbox import runner
 
-NO_SANDBOX = sandbox._static_problem(sandbox.default_interpreter()[0])
+NO_SANDBOX = runner._static_problem(runner.default_interpreter()[0])
 needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
 
 EXAMPLES = [json.loads(line) for line in MBPP_FEWSHOT_PATH.read_text(encoding="utf-8").splitlines()]

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from envs import code_prompts, sandbox
+from envs import code_prompts
 from envs.base import REPO_ROOT, Score
 from envs.code import HumanEvalEnv
 from envs.datasets import load_rows
+from sandbox import runner
 
-NO_SANDBOX = sandbox._static_problem(sandbox.default_interpreter()[0])
+NO_SANDBOX = runner._static_problem(runner.default_interpreter()[0])
 needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
 
 

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from envs.harness_codec import decode, encode, recv, send
+from sandbox.harness_codec import decode, encode, recv, send
 
 REQUEST_FD, REPLY_FD, STATUS_FD = 3, 4, 5
 MAX_ERROR_CHARS = 300

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from envs import sandbox, sandbox_proc
 from envs.base import REPO_ROOT
-from envs.sandbox import SandboxResult, SandboxUnavailable, TestSpec, run_python, run_tests
+from sandbox import launch, runner
+from sandbox.runner import SandboxResult, SandboxUnavailable, TestSpec, run_python, run_tests
 
-STATIC_PROBLEM = sandbox._static_problem(sandbox.default_interpreter()[0])
+STATIC_PROBLEM = runner._static_problem(runner.default_interpreter()[0])
 pytestmark = pytest.mark.skipif(STATIC_PROBLEM is not None, reason=f"no sandbox here: {STATIC_PROBLEM}")
 
 
@@ -37,10 +37,10 @@ def sandbox_pids() -> list[int]:
         try:
             with open(f"/proc/{entry}/status") as f:
                 uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-            if sandbox.backend() == "userns":
+            if runner.backend() == "userns":
                 if uid == os.getuid() and os.readlink(f"/proc/{entry}/ns/user") != own_ns:
                     pids.append(int(entry))
-            elif sandbox.UID_MIN <= uid < sandbox.UID_MIN + sandbox.UID_SPAN:
+            elif runner.UID_MIN <= uid < runner.UID_MIN + runner.UID_SPAN:
                 pids.append(int(entry))
         except (OSError, StopIteration):
             continue
@@ -73,7 +73,7 @@ def wait_until_gone(find: Any, timeout_s: float = 3.0) -> list[int]:
 
 
 def test_sandbox_works_here() -> None:
-    assert run(sandbox.sandbox_problem()) is None
+    assert run(runner.sandbox_problem()) is None
 
 
 def test_pass_and_fail() -> None:
@@ -250,7 +250,7 @@ def test_twenty_in_parallel_keep_the_loop_responsive() -> None:
 def test_output_is_clipped() -> None:
     result = run(run_python("import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stderr.write('tail-marker')"))
     assert result.outcome == "pass"
-    assert len(result.stdout) <= sandbox_proc.MAX_OUTPUT_BYTES + 100 and "bytes clipped" in result.stdout
+    assert len(result.stdout) <= launch.MAX_OUTPUT_BYTES + 100 and "bytes clipped" in result.stdout
     assert result.stderr.endswith("tail-marker")
 
 
@@ -282,9 +282,9 @@ def test_backstop_kills_a_stuck_init(monkeypatch: pytest.MonkeyPatch) -> None:
         "os.write(cfg['status_fd'], b'ns %d\\n' % os.stat('/proc/self/ns/pid').st_ino)\n"
         "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\ntime.sleep(300)\n"
     )
-    assert run(sandbox.sandbox_problem()) is None  # probed with the real init
-    monkeypatch.setattr(sandbox_proc, "init_source", lambda: stuck)
-    monkeypatch.setattr(sandbox_proc, "BACKSTOP_GRACE_S", 0.5)
+    assert run(runner.sandbox_problem()) is None  # probed with the real init
+    monkeypatch.setattr(launch, "init_source", lambda: stuck)
+    monkeypatch.setattr(launch, "BACKSTOP_GRACE_S", 0.5)
     start = time.monotonic()
     result = run(run_python("pass", timeout_s=0.5))
     assert result.outcome == "timeout" and time.monotonic() - start < 4.0
@@ -292,8 +292,8 @@ def test_backstop_kills_a_stuck_init(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unavailable_sandbox_fails_loudly_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    python = sandbox.default_interpreter()[0]
-    monkeypatch.setitem(sandbox._problem, python, "no namespaces on this test machine")
+    python = runner.default_interpreter()[0]
+    monkeypatch.setitem(runner._problem, python, "no namespaces on this test machine")
     with pytest.raises(SandboxUnavailable, match=r"no namespaces on this test machine\..*allow_unsandboxed=True"):
         run(run_python("print(1)"))
     result = run(run_python("import os\nprint(sorted(os.environ))", allow_unsandboxed=True))

@@ -1,7 +1,7 @@
 """One cgroup per sandboxed run: memory, process and CPU caps over the whole tree, on cgroup v2 or else v1.
 
 The parent picks the hierarchy once per process (`plan`, which says why when neither works); PID 1 of each
-run (envs/sandbox_root.py) creates the run's group (`cg_create`), puts every child it forks into it before
+run (sandbox/pid1.py) creates the run's group (`cg_create`), puts every child it forks into it before
 that child runs anything, counts OOM kills in it while the run lasts, and removes it at the end; the
 parent removes it too if PID 1 was killed first. PID 1 itself stays outside, so it survives an OOM kill and
 can always report and clean up. v1 groups nest under the caller's own group; v2 groups sit beside it,

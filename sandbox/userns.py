@@ -1,8 +1,8 @@
 """The code sandbox without root: user namespaces stand in for root, a PID namespace for the judge's own uid.
 
 Chosen automatically when the evaluator is not root, or is the root of a user namespace that lacks the
-throwaway uids (a rootless container) (envs/sandbox.py). `unshare --user --map-root-user` gives
-PID 1 (envs/sandbox_root.py) root inside a user namespace of its own, enough to build the same private tmpfs
+throwaway uids (a rootless container) (sandbox/runner.py). `unshare --user --map-root-user` gives
+PID 1 (sandbox/pid1.py) root inside a user namespace of its own, enough to build the same private tmpfs
 root in the same fresh PID, network, mount, IPC and UTS namespaces. The kernel has one uid for the whole run
 (the evaluator's), so the separations the root backend gets from two throwaway uids come from namespaces:
 - the judge runs in a user namespace of its own as a non-zero uid (its exec drops every capability);

@@ -17,39 +17,39 @@ from pathlib import Path
 
 import pytest
 
-from envs import sandbox, sandbox_proc, sandbox_userns
 from envs.base import REPO_ROOT
-from envs.sandbox import SandboxUnavailable, run_python
+from sandbox import launch, runner, userns
+from sandbox.runner import SandboxUnavailable, run_python
 
 NOBODY = 65534
-SUITES = ("tests/envs/test_hostile.py", "tests/envs/test_hostile_limits.py", "tests/envs/test_sandbox.py")
+SUITES = ("tests/sandbox/test_hostile.py", "tests/sandbox/test_hostile_limits.py", "tests/sandbox/test_sandbox.py")
 SETPRIV = shutil.which("setpriv")
 AS_NOBODY = [SETPRIV or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
 def _config() -> dict[str, object]:
-    cfg = sandbox._config("/usr/bin/python3", "/usr", 1.0, sandbox._limits(64, 4, 1, 2), 4, sandbox._caps(64, 4, 1))
+    cfg = runner._config("/usr/bin/python3", "/usr", 1.0, runner._limits(64, 4, 1, 2), 4, runner._caps(64, 4, 1))
     return {**cfg, "status_fd": 5}
 
 
 def test_backend_follows_the_euid(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
     cfg = _config()
-    argv = sandbox_proc.sandbox_argv(cfg)
-    assert sandbox.backend() == "userns"
+    argv = launch.sandbox_argv(cfg)
+    assert runner.backend() == "userns"
     assert (cfg["userns"], cfg["uid"], cfg["judge_uid"]) == (True, None, None)
     assert argv[1:4] == ["--user", "--map-root-user", "--pid"]
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 0)
     cfg = _config()
-    assert (sandbox.backend(), cfg["userns"], cfg["judge_uid"]) == ("root", False, cfg["uid"] + 1)  # type: ignore[operator]
-    assert sandbox.UID_MIN <= cfg["uid"] < sandbox.UID_MIN + sandbox.UID_SPAN  # type: ignore[operator]
-    assert "--user" not in sandbox_proc.sandbox_argv(cfg)
+    assert (runner.backend(), cfg["userns"], cfg["judge_uid"]) == ("root", False, cfg["uid"] + 1)  # type: ignore[operator]
+    assert runner.UID_MIN <= cfg["uid"] < runner.UID_MIN + runner.UID_SPAN  # type: ignore[operator]
+    assert "--user" not in launch.sandbox_argv(cfg)
     # root in a rootless container's user namespace has no throwaway uids to switch to
     monkeypatch.setattr(
-        sandbox, "_own_uid_map", lambda: "         0       1000          1\n         1     100000      65536\n"
+        runner, "_own_uid_map", lambda: "         0       1000          1\n         1     100000      65536\n"
     )
-    assert sandbox.backend() == "userns"
-    assert sandbox.covers_throwaway_uids("         0          0 4294967295\n")
+    assert runner.backend() == "userns"
+    assert runner.covers_throwaway_uids("         0          0 4294967295\n")
 
 
 @pytest.mark.parametrize(
@@ -66,28 +66,28 @@ def test_refusal_names_the_kernel_setting(
     for allowed, content in (("kernel/unprivileged_userns_clone", "1"), ("user/max_user_namespaces", "15000")):
         (tmp_path / allowed).parent.mkdir(exist_ok=True)
         (tmp_path / allowed).write_text(content + "\n")
-    monkeypatch.setattr(sandbox_userns, "SYSCTL_DIR", str(tmp_path))
-    assert sandbox_userns.problem() is None  # allowed, and apparmor's knob absent (a kernel without it)
+    monkeypatch.setattr(userns, "SYSCTL_DIR", str(tmp_path))
+    assert userns.problem() is None  # allowed, and apparmor's knob absent (a kernel without it)
     (tmp_path / name).parent.mkdir(exist_ok=True)
     (tmp_path / name).write_text(value + "\n")
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(sandbox, "_problem", {})
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(runner, "_problem", {})
     with pytest.raises(SandboxUnavailable) as refused:
         asyncio.run(run_python("print(1)"))
     line = str(refused.value)
     assert f"(sysctl {setting})" in line and "run the worker as root" in line and "\n" not in line
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(sandbox, "_problem", {})
-    assert "sysctl" not in (sandbox._static_problem(sandbox.default_interpreter()[0]) or "")  # root needs no userns
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(runner, "_problem", {})
+    assert "sysctl" not in (runner._static_problem(runner.default_interpreter()[0]) or "")  # root needs no userns
 
 
 def test_a_failed_unprivileged_probe_says_what_to_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(sandbox_userns, "SYSCTL_DIR", "/nonexistent")
-    monkeypatch.setattr(sandbox, "_problem", {})
-    monkeypatch.setattr(sandbox_proc, "init_source", lambda: "import sys; sys.exit('no /proc for you')")
-    problem = asyncio.run(sandbox.sandbox_problem())
-    assert problem is not None and sandbox_userns.PROBE_HINT in problem and "no /proc for you" in problem
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(userns, "SYSCTL_DIR", "/nonexistent")
+    monkeypatch.setattr(runner, "_problem", {})
+    monkeypatch.setattr(launch, "init_source", lambda: "import sys; sys.exit('no /proc for you')")
+    problem = asyncio.run(runner.sandbox_problem())
+    assert problem is not None and userns.PROBE_HINT in problem and "no /proc for you" in problem
 
 
 @contextlib.contextmanager
@@ -133,13 +133,13 @@ def test_the_hostile_suites_pass_without_root() -> None:
 
 def _hostile_suites_as_nobody() -> None:
     python, env = _interpreters()
-    sandbox_python = sandbox.default_interpreter()[0]
+    sandbox_python = runner.default_interpreter()[0]
     sandbox_python = sandbox_python if _usable_by_nobody(sandbox_python) else os.path.realpath(python[0])
     with tempfile.TemporaryDirectory() as home:
         os.chown(home, NOBODY, NOBODY)
-        env = {"PATH": sandbox_proc.SAFE_PATH, "LANG": "C.UTF-8", "HOME": home, "EVALFLOW_ALLOW_SKIPS": "1", **env}
+        env = {"PATH": launch.SAFE_PATH, "LANG": "C.UTF-8", "HOME": home, "EVALFLOW_ALLOW_SKIPS": "1", **env}
         env["EVALFLOW_SANDBOX_PYTHON"] = sandbox_python
-        check = "from envs.sandbox import backend, default_interpreter as d, _static_problem as p\n"
+        check = "from sandbox.runner import backend, default_interpreter as d, _static_problem as p\n"
         check += "print(backend(), p(d()[0]))"
         backend = subprocess.run(
             [*AS_NOBODY, *python, "-c", check], env=env, cwd=REPO_ROOT, capture_output=True, text=True
@@ -152,6 +152,6 @@ def _hostile_suites_as_nobody() -> None:
     assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-2000:]
     passed = int(re.search(r"(\d+) passed", summary)[1])  # type: ignore[index]
     skips = [line for line in inner.stdout.splitlines() if line.startswith("SKIPPED")]
-    # Only what needs a cgroup may be left out: this machine gives nobody none (envs/sandbox_userns.py).
+    # Only what needs a cgroup may be left out: this machine gives nobody none (sandbox/userns.py).
     assert all("needs a cgroup" in line for line in skips), skips
     assert passed >= 50 and len(skips) <= 3, summary

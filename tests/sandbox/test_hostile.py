@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from envs import sandbox
 from envs.base import Score
 from envs.code import HumanEvalEnv, MBPPEnv
+from sandbox import runner
 
-NO_SANDBOX = sandbox._static_problem(sandbox.default_interpreter()[0])
+NO_SANDBOX = runner._static_problem(runner.default_interpreter()[0])
 pytestmark = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
 
 ADD = {

@@ -17,8 +17,8 @@ import tempfile
 import time
 from typing import Any
 
-from envs.sandbox_proc import Raw, drain, drain_lines, killpg
-from envs.sandbox_root import BOOT, EXIT_GRACE_S, PROGRAM_NAME
+from sandbox.launch import Raw, drain, drain_lines, killpg
+from sandbox.pid1 import BOOT, EXIT_GRACE_S, PROGRAM_NAME
 
 _Process = asyncio.subprocess.Process
 

@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import Any
 
-from envs.harness_codec import decode, encode, recv, send
+from sandbox.harness_codec import decode, encode, recv, send
 
 REQUEST_FD, REPLY_FD = 3, 4
 PROGRAM_NAME = "main.py"

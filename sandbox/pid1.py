@@ -1,4 +1,4 @@
-"""PID 1 of the code sandbox (envs/sandbox.py): private root, cgroup, throwaway uids, timeout, the run's fate.
+"""PID 1 of the code sandbox (sandbox/runner.py): private root, cgroup, throwaway uids, timeout, the run's fate.
 
 It reads the run (program text, harness files, the judge's tests) from its stdin, builds the sandbox's
 root on a size-capped tmpfs mounted over /tmp in its private mount namespace (so nothing of the run is
@@ -8,10 +8,10 @@ cgroup, chroots, drops to its uid and execs `python -I -S`. PID 1 then waits for
 program), the timeout, an OOM kill in the group, or its parent's death (its stdin closes), kills every
 process of the namespace, reports on the status pipe and removes the cgroup. Without root (cfg "userns")
 each child enters user namespaces of its own instead of dropping to a uid, and the program a PID namespace
-too, under a reaper (envs/sandbox_userns.py); the root is then read-only but for the program's scratch dir.
+too, under a reaper (sandbox/userns.py); the root is then read-only but for the program's scratch dir.
 
 This code runs inside the namespaces as root under `python -I -S`, so it uses the standard library
-only, and `init_source` sends it as source text (with envs/sandbox_cgroup.py's and envs/sandbox_userns.py's
+only, and `init_source` sends it as source text (with sandbox/cgroup.py's and sandbox/userns.py's
 functions): the sandbox's interpreter imports only what it needs (about 20 ms) instead of evalflow and its
 dependencies.
 """
@@ -31,17 +31,17 @@ import signal
 import time
 from typing import Any
 
-from envs import sandbox_cgroup, sandbox_userns
-from envs.sandbox_cgroup import cg_create, cg_join, cg_oom_kills, cg_peak_bytes, cg_remove
-from envs.sandbox_userns import HELPERS, REAPER, enter_program_namespaces, enter_userns
+from sandbox import cgroup, userns
+from sandbox.cgroup import cg_create, cg_join, cg_oom_kills, cg_peak_bytes, cg_remove
+from sandbox.userns import HELPERS, REAPER, enter_program_namespaces, enter_userns
 
 PROGRAM_NAME = "main.py"
 MOUNTPOINT = "/tmp"  # covered only inside PID 1's private mount namespace; the sandbox's root
 WORKDIR = "/sandbox"  # the program's home, cwd and only writable place
 HARNESS_DIR = "/harness"  # root-owned, read-only to both children
 JUDGE_SPEC = "/judge/spec.json"  # readable by the judge's uid only
-REQUEST_FD, REPLY_FD, STATUS_FD = 3, 4, 5  # the children's fd layout (envs/harness_*.py)
-BOOT = "import sys; sys.path.insert(0, {dir!r}); from envs.{module} import main; main(*sys.argv[1:])"
+REQUEST_FD, REPLY_FD, STATUS_FD = 3, 4, 5  # the children's fd layout (sandbox/harness_*.py)
+BOOT = "import sys; sys.path.insert(0, {dir!r}); from sandbox.{module} import main; main(*sys.argv[1:])"
 POLL_S = 0.02  # how often PID 1 looks at the cgroup's OOM counter
 EXIT_GRACE_S = 0.2  # after the judge is done, the program may still flush its output
 SPEC_HEADER = 8
@@ -311,7 +311,7 @@ _INIT_CONSTANTS += ("MS_NODEV", "MS_NOEXEC", "MS_REMOUNT", "MS_BIND", "MS_REC", 
 _INIT_CONSTANTS += ("_DEV_NODES",)
 _INIT_CODE = (_libc, _mount, _mounts_below, _bind_ro, _read_spec, _write_file, _build_root, _spawn, _reap, _supervise)
 _INIT_CODE += (_start_children, _init_main)
-_CGROUP_CODE = (sandbox_cgroup._write, sandbox_cgroup._counter, cg_create, cg_join, cg_oom_kills, cg_peak_bytes)
+_CGROUP_CODE = (cgroup._write, cgroup._counter, cg_create, cg_join, cg_oom_kills, cg_peak_bytes)
 _CGROUP_CODE += (cg_remove,)
 _USERNS_CONSTANTS = ("CLONE_NEWNS", "CLONE_NEWIPC", "CLONE_NEWUSER", "CLONE_NEWPID", "INNER_UID", "HELPERS", "REAPER")
 _USERNS_CODE = (enter_userns, enter_program_namespaces)
@@ -323,8 +323,8 @@ def init_source() -> str:
     lines = [
         "from __future__ import annotations",
         "import contextlib, ctypes, fcntl, json, os, resource, select, signal, sys, time",
-        f"CPU_PERIOD_US = {sandbox_cgroup.CPU_PERIOD_US!r}",
-        *(f"{name} = {getattr(sandbox_userns, name)!r}" for name in _USERNS_CONSTANTS),
+        f"CPU_PERIOD_US = {cgroup.CPU_PERIOD_US!r}",
+        *(f"{name} = {getattr(userns, name)!r}" for name in _USERNS_CONSTANTS),
         *(f"{name} = {globals()[name]!r}" for name in _INIT_CONSTANTS),
         *(inspect.getsource(obj) for obj in (*_CGROUP_CODE, *_USERNS_CODE, *_INIT_CODE)),
         "_init_main(json.loads(sys.argv[1]))",

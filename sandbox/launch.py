@@ -1,6 +1,6 @@
 """The parent's side of one sandboxed run: start `unshare` + PID 1, feed it the run, collect its pipes.
 
-PID 1 (envs/sandbox_root.py) gets its config in argv (nothing secret: limits, uids, paths) and the run
+PID 1 (sandbox/pid1.py) gets its config in argv (nothing secret: limits, uids, paths) and the run
 itself on stdin, which stays open for the whole run: when this process dies, PID 1 sees the pipe close
 and tears the run down. The status pipe carries PID 1's report and, in a judged run, the judge's verdicts.
 """
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from envs.sandbox_root import SPEC_HEADER, init_source
+from sandbox.pid1 import SPEC_HEADER, init_source
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ async def _wait_ns_empty(ns_inode: int, timeout_s: float = 5.0) -> None:
 
 def sandbox_argv(cfg: dict[str, Any]) -> list[str]:
     unshare = shutil.which("unshare", path=SAFE_PATH) or "unshare"
-    userns = ("--user", "--map-root-user") if cfg["userns"] else ()  # envs/sandbox_userns.py
+    userns = ("--user", "--map-root-user") if cfg["userns"] else ()  # sandbox/userns.py
     return [
         *(unshare, *userns, "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child"),
         *("--propagation", "private", "--", cfg["python"], "-I", "-S", "-c", init_source(), json.dumps(cfg)),

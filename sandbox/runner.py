@@ -1,16 +1,16 @@
 """Run untrusted (model-written) Python in a throwaway Linux sandbox, and judge it without trusting it.
 
 Two backends, chosen by `backend()`: as root the one below; as any other user the same design inside user
-namespaces (envs/sandbox_userns.py says exactly what that one guarantees, and what it cannot without root).
+namespaces (sandbox/userns.py says exactly what that one guarantees, and what it cannot without root).
 Why each layer (Linux; checked once per process, and it fails loudly when unavailable):
 - `unshare --pid --net --mount --ipc --uts --fork --kill-child` gives a fresh PID namespace (killing its
   init kills every descendant, also those that called setsid()), an empty network namespace and a
-  private mount namespace. Its PID 1 (envs/sandbox_root.py, the parent side is envs/sandbox_proc.py)
+  private mount namespace. Its PID 1 (sandbox/pid1.py, the parent side is sandbox/launch.py)
   builds a root on a size-capped tmpfs (read-only binds of the system and the interpreter; nothing of the
   run ever touches the host's disk, so a SIGKILLed caller leaves nothing behind: PID 1 sees its stdin
   close and tears the run down), and runs children under throwaway uids with rlimits, no_new_privs, a
   scrubbed environment and `python -I -S`.
-- One cgroup per run (envs/sandbox_cgroup.py; v2, else v1) caps memory, processes and CPU bandwidth of
+- One cgroup per run (sandbox/cgroup.py; v2, else v1) caps memory, processes and CPU bandwidth of
   the whole tree, and gives each run an equal CPU share however many processes a neighbour forks. Where
   neither works, runs fall back to per-process rlimits and the reason is logged once.
 
@@ -18,7 +18,7 @@ Why each layer (Linux; checked once per process, and it fails loudly when unavai
 `run_tests` is the verifier. The tests never enter the program's process: a judge process (its own uid;
 without root, outside the program's PID namespace), which the program cannot signal, trace or read through
 /proc, executes them, and reaches the program's functions by RPC that carries only plain data
-(envs/harness_*.py). A test passes only when the judge ran it to its end; the judge's verdicts travel on a
+(sandbox/harness_*.py). A test passes only when the judge ran it to its end; the judge's verdicts travel on a
 pipe the program does not have. So exiting early, exit hooks, sys.excepthook, SystemExit, killed or patched
 harnesses, patched builtins or modules, and objects with a rigged __eq__/__ne__/__bool__ (their results stay
 references that the judge refuses to compare) all fail. What remains possible: answers hard-coded for the
@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envs import sandbox_cgroup, sandbox_userns
-from envs.sandbox_proc import SAFE_PATH, Raw, run_sandboxed
-from envs.sandbox_root import WORKDIR
-from envs.sandbox_unsafe import run_unsandboxed
+from sandbox import cgroup, userns
+from sandbox.launch import SAFE_PATH, Raw, run_sandboxed
+from sandbox.pid1 import WORKDIR
+from sandbox.unsandboxed import run_unsandboxed
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def default_interpreter() -> tuple[str, str]:
 @functools.cache
 def cgroup_plan() -> dict[str, Any] | None:
     """The cgroup hierarchy runs use (decided once per process); None, with a logged reason, if none works."""
-    plan, why = sandbox_cgroup.plan()
+    plan, why = cgroup.plan()
     if plan is None:
         log.warning("sandboxed runs are capped per process only (rlimits), not as a whole tree: %s", why)
     return plan
@@ -167,7 +167,7 @@ def backend() -> Literal["root", "userns"]:
 def _static_problem(python: str) -> str | None:
     if not sys.platform.startswith("linux"):
         return f"the sandbox needs Linux namespaces; this is {sys.platform}"
-    if backend() == "userns" and (problem := sandbox_userns.problem()):
+    if backend() == "userns" and (problem := userns.problem()):
         return problem
     if shutil.which("unshare", path=SAFE_PATH) is None:
         return "`unshare` (util-linux) is not installed"
@@ -193,7 +193,7 @@ async def sandbox_problem(python: str | None = None, prefix: str | None = None) 
                 cfg = _config(python, prefix, 20.0, _limits(512, 32, 16, 20), 16, _caps(512, 32, 1.0))
                 probe = _classify(await run_sandboxed(cfg, _run("print('ok')", None)), None)
                 if probe.outcome != "pass" or probe.stdout.strip() != "ok":
-                    hint = f" ({sandbox_userns.PROBE_HINT})" if backend() == "userns" else ""
+                    hint = f" ({userns.PROBE_HINT})" if backend() == "userns" else ""
                     problem = f"a probe run failed ({probe.outcome}){hint}: {probe.stderr.strip()[-1000:]}"
             _problem[python] = problem
     return _problem[python]
@@ -230,8 +230,8 @@ def _child_env() -> dict[str, str]:
 @functools.cache
 def _harness_files() -> dict[str, str]:
     here = Path(__file__).parent
-    files = {f"envs/{name}.py": (here / f"{name}.py").read_text() for name in HARNESS_MODULES}
-    return {"envs/__init__.py": "", **files}
+    files = {f"sandbox/{name}.py": (here / f"{name}.py").read_text() for name in HARNESS_MODULES}
+    return {"sandbox/__init__.py": "", **files}
 
 
 def _run(program: str, tests: TestSpec | None) -> dict[str, Any]:
@@ -243,12 +243,12 @@ def _run(program: str, tests: TestSpec | None) -> dict[str, Any]:
 def _config(
     python: str, prefix: str, timeout_s: float, limits: dict[str, int], disk_mb: int, caps: dict[str, Any]
 ) -> dict[str, Any]:
-    userns = backend() == "userns"
-    uid = None if userns else UID_MIN + 2 * secrets.randbelow(UID_SPAN // 2)
+    unprivileged = backend() == "userns"
+    uid = None if unprivileged else UID_MIN + 2 * secrets.randbelow(UID_SPAN // 2)
     return {
         "python": python,
         "prefix": prefix,
-        "userns": userns,
+        "userns": unprivileged,
         "uid": uid,
         "judge_uid": None if uid is None else uid + 1,
         "timeout_s": timeout_s,
@@ -256,7 +256,7 @@ def _config(
         "disk_mb": disk_mb,
         "env": _child_env(),
         "cgroup": cgroup_plan(),
-        "cgroup_name": f"{sandbox_cgroup.GROUP_PREFIX}{uuid.uuid4().hex}",
+        "cgroup_name": f"{cgroup.GROUP_PREFIX}{uuid.uuid4().hex}",
         "cgroup_limits": caps,
     }
 
@@ -280,7 +280,7 @@ async def run_python(
     processes (threads count), cpus its CPU bandwidth (cgroup), cpu_s each process' CPU time (default:
     ceil(timeout_s) + 1), max_file_mb any single file, disk_mb the scratch directory. If the sandbox
     cannot be set up, this raises SandboxUnavailable, unless `allow_unsandboxed=True`: then the program runs
-    as a plain child process (envs/sandbox_unsafe.py) with NO isolation; only for trusted code or throwaway
+    as a plain child process (sandbox/unsandboxed.py) with NO isolation; only for trusted code or throwaway
     machines. `SandboxResult.sandboxed` says which happened.
     """
     return await _execute(code, None, locals())
@@ -332,7 +332,7 @@ async def _execute(program: str, tests: TestSpec | None, opts: dict[str, Any]) -
         finally:
             if cfg["cgroup"]:  # PID 1 removes the group; not if it was killed first
                 dirs = [os.path.join(p, cfg["cgroup_name"]) for p in cfg["cgroup"]["parents"].values()]
-                if left := await asyncio.shield(asyncio.to_thread(sandbox_cgroup.cg_remove, dirs)):
+                if left := await asyncio.shield(asyncio.to_thread(cgroup.cg_remove, dirs)):
                     log.error("cannot remove the sandbox cgroups %s", left)
         return _classify(raw, tests)
 

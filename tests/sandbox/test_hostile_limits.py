@@ -14,22 +14,22 @@ from typing import Any
 
 import pytest
 
-from envs import sandbox, sandbox_cgroup
-from envs.sandbox import TestSpec, run_python, run_tests
-from tests.envs.test_sandbox import pids_with, run, sandbox_pids, wait_until_gone
+from sandbox import cgroup, runner
+from sandbox.runner import TestSpec, run_python, run_tests
+from tests.sandbox.test_sandbox import pids_with, run, sandbox_pids, wait_until_gone
 
-STATIC_PROBLEM = sandbox._static_problem(sandbox.default_interpreter()[0])
+STATIC_PROBLEM = runner._static_problem(runner.default_interpreter()[0])
 pytestmark = pytest.mark.skipif(STATIC_PROBLEM is not None, reason=f"no sandbox here: {STATIC_PROBLEM}")
 MIB = 1024 * 1024
 # As root this machine's cgroups must work (the fallback would hide a defect); without root only a delegated
-# cgroup subtree gives one, and the unprivileged backend does not promise what needs it (envs/sandbox_userns.py).
-NO_CGROUP = STATIC_PROBLEM is None and sandbox.backend() == "userns" and sandbox.cgroup_plan() is None
+# cgroup subtree gives one, and the unprivileged backend does not promise what needs it (sandbox/userns.py).
+NO_CGROUP = STATIC_PROBLEM is None and runner.backend() == "userns" and runner.cgroup_plan() is None
 needs_cgroup = pytest.mark.skipif(NO_CGROUP, reason="needs a cgroup, which this unprivileged user cannot create")
 
 
 def run_groups() -> set[str]:
     """The sandbox cgroups that exist now, under this process' parents (none: no cgroup without root)."""
-    plan = sandbox.cgroup_plan()
+    plan = runner.cgroup_plan()
     if NO_CGROUP:
         return set()
     assert plan is not None, "this machine has usable cgroups: the fallback would hide a defect"
@@ -37,7 +37,7 @@ def run_groups() -> set[str]:
         os.path.join(parent, name)
         for parent in plan["parents"].values()
         for name in os.listdir(parent)
-        if name.startswith(sandbox_cgroup.GROUP_PREFIX)
+        if name.startswith(cgroup.GROUP_PREFIX)
     }
 
 
@@ -84,7 +84,7 @@ def test_the_run_group_carries_the_caps_and_is_removed() -> None:
             return None
         return int(memory), caps["pids.max"], int(cpu)
 
-    expected = (300 * MIB, "10", sandbox_cgroup.CPU_PERIOD_US // 2)
+    expected = (300 * MIB, "10", cgroup.CPU_PERIOD_US // 2)
 
     async def main() -> tuple[set[tuple[int, str, int]], Any]:
         task = asyncio.create_task(run_python("import time\ntime.sleep(3)", memory_mb=300, max_processes=9, cpus=0.5))
@@ -104,13 +104,13 @@ def test_the_run_group_carries_the_caps_and_is_removed() -> None:
 def test_without_cgroups_runs_fall_back_with_a_logged_reason(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(sandbox_cgroup, "CONTROLLERS", ("memory", "no-such-controller"))
-    sandbox.cgroup_plan.cache_clear()
+    monkeypatch.setattr(cgroup, "CONTROLLERS", ("memory", "no-such-controller"))
+    runner.cgroup_plan.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="envs.sandbox"):
+        with caplog.at_level(logging.WARNING, logger="sandbox.runner"):
             result = run(run_python("print(1)"))
     finally:
-        sandbox.cgroup_plan.cache_clear()
+        runner.cgroup_plan.cache_clear()
     assert (result.outcome, result.stdout, result.peak_memory_bytes) == ("pass", "1\n", None)
     assert "capped per process only" in caplog.text and "no-such-controller" in caplog.text
 
@@ -119,7 +119,7 @@ def test_a_sigkilled_caller_leaves_nothing_behind(tmp_path: Path) -> None:
     token = uuid.uuid4().hex
     marker = f"sandbox-marker-{token}"
     caller = (  # the marker is put together at run time, so that the caller's own command line lacks it
-        "import asyncio, sys\nfrom envs.sandbox import run_python\n"
+        "import asyncio, sys\nfrom sandbox.runner import run_python\n"
         "argv = ['python3', '-c', 'import time; time.sleep(300)', 'sandbox-marker-' + sys.argv[1]]\n"
         "code = 'import subprocess, time\\nsubprocess.Popen(%r)\\ntime.sleep(60)' % argv\n"
         "asyncio.run(run_python(code, timeout_s=60))\n"
@@ -146,7 +146,7 @@ def test_a_sigkilled_caller_leaves_nothing_behind(tmp_path: Path) -> None:
 
 @needs_cgroup
 def test_busy_neighbours_do_not_starve_a_correct_solution(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "MAX_PARALLEL", 3)
+    monkeypatch.setattr(runner, "MAX_PARALLEL", 3)
     # Each neighbour spins 13 processes, each in a session of its own so that the kernel's per-session
     # autogroups cannot help: fairness per process or per session would leave the solution 1/27 of the CPUs.
     hog = "import os\nfor _ in range(12):\n    if os.fork() == 0:\n        os.setsid()\n        break\n"
@@ -154,7 +154,7 @@ def test_busy_neighbours_do_not_starve_a_correct_solution(monkeypatch: pytest.Mo
     solution = "def solve():\n    n = 0\n    for i in range(2_000_000):\n        n += i * i\n    return n\n"
     spec = TestSpec("", ("assert solve() == 2666664666667000000",), ("solve",))
 
-    async def main() -> tuple[float, sandbox.SandboxResult]:
+    async def main() -> tuple[float, runner.SandboxResult]:
         hogs = [asyncio.create_task(run_python(hog, timeout_s=8.0)) for _ in range(2)]
         await asyncio.sleep(1.0)  # both neighbours are spinning
         start = time.monotonic()
@@ -189,4 +189,4 @@ def test_program_cannot_reach_the_judge() -> None:
     )
     result = run(run_tests(probe, TestSpec("", ("assert add(2, 3) == 5",), ("add",))))
     assert result.outcome == "pass", result
-    assert ("reached []" if sandbox.backend() == "root" else "reached ['1 signal']") in result.stdout, result.stdout
+    assert ("reached []" if runner.backend() == "root" else "reached ['1 signal']") in result.stdout, result.stdout
