@@ -1,4 +1,9 @@
-"""What every command shares: one-line errors with exit status 2, `key=value` options, logging to stderr."""
+"""What every command shares: one-line errors with exit status 2, `key=value` options, logging to stderr.
+
+Every error evalflow raises on purpose (an `errors.EvalflowError`) ends a command in one place, the
+`evalflow` group's `invoke` below: one line on stderr naming its kind (`config error: ...`, `run failed:
+...`) and the kind's exit status (2 for a bad input). A command catches one itself only to add what the
+user typed (`--config-path` for `model.config_path`)."""
 
 from __future__ import annotations
 
@@ -6,39 +11,58 @@ import logging
 import sys
 from typing import Any, NoReturn
 
+import click
 import typer
 from pydantic import ValidationError
+from typer.core import TyperGroup
 
-from core.overrides import apply_override
-
-# Exit status of a command that was given something it cannot use (as argparse and click do).
-USAGE_ERROR = 2
+from core.overrides import OverrideError, apply_override, validation_message
+from errors import USAGE_ERROR, EvalflowError
 
 
 def one_line(exc: BaseException) -> str:
     """The error as one line: each pydantic error as `dotted.field: message`, other messages unwrapped."""
     if isinstance(exc, ValidationError):
-        parts = []
-        for error in exc.errors(include_url=False, include_input=False):  # inputs may hold secrets
-            field = ".".join(str(part) for part in error["loc"])
-            message = error["msg"].removeprefix("Value error, ")
-            parts.append(f"{field}: {message}" if field else message)
-        return "; ".join(parts)
+        return validation_message(exc)
     return " ".join(str(exc).split())
 
 
+def exit_with(exc: EvalflowError) -> NoReturn:
+    """Print the error's one line (its kind, then its message) on stderr and exit with its kind's status."""
+    typer.echo(exc.one_line(), err=True)
+    raise typer.Exit(exc.exit_status)
+
+
 def fail(what: str, exc: BaseException | str) -> NoReturn:
-    """Print `what: reason` on one line of stderr and exit with status 2."""
+    """Print `what: reason` on one line of stderr and exit with status 2; evalflow's own errors say their kind
+    instead of `what`, as everywhere."""
+    if isinstance(exc, EvalflowError):
+        exit_with(exc)
     reason = exc if isinstance(exc, str) else one_line(exc)
     typer.echo(f"{what}: {reason}", err=True)
     raise typer.Exit(USAGE_ERROR)
+
+
+class EvalflowGroup(TyperGroup):
+    """The `evalflow` command group: an EvalflowError from any command (or subcommand) ends it in one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EvalflowError as exc:
+            exit_with(exc)
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
     """`key=value` pairs (dotted keys nest, values parse as YAML) as one mapping, e.g. fsspec options."""
     options: dict[str, Any] = {}
     for pair in pairs:
-        apply_override(options, pair)
+        if "=" not in pair:
+            raise OverrideError(f"--option {pair!r} is not KEY=VALUE")
+        try:
+            apply_override(options, pair)
+        except OverrideError as exc:
+            raise OverrideError(f"--option {exc}") from exc
     return options
 
 

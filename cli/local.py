@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Literal
 
 import typer
@@ -15,26 +14,19 @@ app = typer.Typer(
     help="A local Prefect server (127.0.0.1:4200, home .prefect/), its work pools, blocks, deployments and workers. "
     "With PREFECT_API_URL set, that server is used instead and none is started.",
 )
-
-
-def _ops(step: Callable[[], object]) -> None:
-    try:
-        step()
-    except ops.OpsError as exc:
-        typer.echo(f"evalflow local: {exc}", err=True)
-        raise typer.Exit(1) from exc
+# An operation that cannot go on raises OpsError: the `evalflow` group prints `ops error: MESSAGE` and exits 1.
 
 
 @app.command()
 def server() -> None:
     """Start the Prefect server in the background unless one answers (`prefect server start --background`)."""
-    _ops(ops.server)
+    ops.server()
 
 
 @app.command()
 def deploy() -> None:
     """Create the work pools, save the blocks, and deploy everything in prefect.yaml (`prefect deploy --all`)."""
-    _ops(ops.deploy)
+    ops.deploy()
 
 
 @app.command()
@@ -45,7 +37,7 @@ def blocks(
 
     With EVALFLOW_STORE_URL set, the `runs` store block points there, with credentials from AWS_*.
     """
-    _ops(lambda: ops.blocks(overwrite))
+    ops.blocks(overwrite)
 
 
 @app.command()
@@ -55,7 +47,7 @@ def worker(
     ] = "evalflow-cpu",
 ) -> None:
     """Start a process worker for a work pool in the background (log in .prefect/worker-POOL.log)."""
-    _ops(lambda: ops.worker(pool))
+    ops.worker(pool)
 
 
 @app.command()
@@ -64,7 +56,7 @@ def slots(
 ) -> None:
     """Server slots: one vLLM server per GPU (or CPU host) at a time, a Prefect global concurrency limit per
     host. Registers this host's and lists every host's (what `collection.shards: auto` counts)."""
-    _ops(lambda: ops.slots(register))
+    ops.slots(register)
 
 
 @app.command("run")
@@ -82,18 +74,13 @@ def run_deployment(
     Exits 1 unless the run completes. A worker for the deployment's pool must be running. Ctrl-C stops
     following; the run goes on (the message says how to cancel it).
     """
-    try:
-        code = ops.run(deployment, param or [], timeout)
-    except ops.OpsError as exc:
-        typer.echo(f"evalflow local run: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    raise typer.Exit(code)
+    raise typer.Exit(ops.run(deployment, param or [], timeout))
 
 
 @app.command()
 def stop() -> None:
     """Stop the workers started here, then the background server (`prefect server stop`)."""
-    _ops(ops.stop)
+    ops.stop()
 
 
 def demo() -> None:
@@ -103,9 +90,4 @@ def demo() -> None:
     Starts the server, creates the work pools, saves the blocks, deploys prefect.yaml and starts a CPU
     worker first, each only if missing. `evalflow local stop` stops the server and workers.
     """
-    try:
-        code = ops.demo()
-    except ops.OpsError as exc:
-        typer.echo(f"evalflow demo: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    raise typer.Exit(code)
+    raise typer.Exit(ops.demo())

@@ -5,12 +5,14 @@ from __future__ import annotations
 import typer
 
 from cli import local, reports
+from cli.common import EvalflowGroup
 from cli.prepare import prepare
 from cli.run import run
 from cli.runtime import runtime
 from cli.sweep import sweep
 
 app = typer.Typer(
+    cls=EvalflowGroup,  # an EvalflowError from any command: one line naming its kind, exit status 2 (1: run, ops)
     no_args_is_help=True,
     rich_markup_mode="markdown",
     add_completion=False,

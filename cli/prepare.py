@@ -8,8 +8,10 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from cli.common import fail, log_to_stderr, one_line, parse_options
+from cli.common import log_to_stderr, one_line, parse_options
 from core.config import ModelConfig
+from core.overrides import validated
+from errors import ConfigError
 
 Kind = Literal["auto", "hf", "hub", "gguf", "dcp"]
 Dtype = Literal["bfloat16", "float16", "float32"]
@@ -79,22 +81,20 @@ def prepare(
         "force": force,
         "skip": skip,
     }
+    fsspec_options = parse_options(option or [])  # a malformed one: a ConfigError naming --option
     try:
-        fsspec_options = parse_options(option or [])
-    except ValueError as exc:
-        fail("invalid --option", exc)
-    try:
-        cfg = ModelConfig(**fields, storage_options=fsspec_options)
-    except ValueError as exc:  # pydantic's ValidationError
-        fail("invalid model options", as_typed(one_line(exc)))
+        cfg = validated(ModelConfig, {**fields, "storage_options": fsspec_options})
+    except ConfigError as exc:
+        raise ConfigError(as_typed(str(exc))) from exc
     log_to_stderr()
+    # Errors are EvalflowErrors, printed in one line by the `evalflow` group; these say what the user typed.
     try:
         if dry_run:
             typer.echo(json.dumps(plan_model(cfg, runtime), indent=2, default=str))
             return
         prepared = prepare_model_impl(cfg, runtime)
     except CheckpointError as exc:
-        fail("cannot prepare the model", as_typed(one_line(exc)))
+        raise CheckpointError(as_typed(one_line(exc))) from exc
     state = "cached" if prepared.cache_hit else "prepared"
     typer.echo(f"{prepared.source} ({prepared.kind}): {state}, fingerprint {prepared.fingerprint}", err=True)
     typer.echo(prepared.path)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, parse_options
+from cli.common import parse_options
 from core.config import StoreConfig
 
 DEFAULT_STORE = StoreConfig().url  # the repo's reports/, where runs go unless a config says otherwise
@@ -38,10 +38,7 @@ def serve(
     from core.store import Store
     from tasks.reporting.serve import index_url, make_server
 
-    try:
-        options = parse_options(option or [])
-    except ValueError as exc:
-        fail("invalid --option", exc)
+    options = parse_options(option or [])  # a malformed one: `config error: --option ...`, exit status 2
     server = make_server(Store(store, options), host, port)
     typer.echo(f"serving {store} at {index_url(server)}")
     try:

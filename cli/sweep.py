@@ -36,18 +36,17 @@ def sweep(
     """
     # Prefect and the pipeline take seconds to import: only commands that run them pay for it.
     from core.config import EvalConfig
-    from core.overrides import config_data
-    from core.resolve import BlockNotFound
-    from envs.base import DatasetError
+    from core.overrides import resolve_config
     from flows.plan import plan_run
     from flows.sweep import expand_grid, load_sweep, sweep_flow
-    from tasks.checkpoints.errors import CheckpointError
 
+    # A bad sweep file, override, field or grid key is a ConfigError (a point's missing dataset a DatasetError):
+    # its one line says its kind, `config error: ...` (cli.common.fail); other errors say `invalid sweep: ...`.
     try:
         spec, base = load_sweep(sweep_file, config)
-        base_config = EvalConfig.model_validate(config_data(base, overrides or []))
+        base_config = resolve_config(base, overrides or [])
         points = expand_grid(base_config, spec.grid)
-    except (ValueError, OSError, yaml.YAMLError) as exc:  # SweepError, OverrideError, ValidationError
+    except (ValueError, OSError, yaml.YAMLError) as exc:  # an unreadable sweep file
         fail("invalid sweep", exc)
     if dry_run:
         try:
@@ -56,7 +55,7 @@ def sweep(
                 typer.echo(
                     json.dumps({"values": values, "rollouts": plan["rollouts"], "model": plan["model"]}, default=str)
                 )
-        except (BlockNotFound, CheckpointError, DatasetError, ValueError) as exc:
+        except ValueError as exc:
             fail("dry run", exc)
         return
     target = None if local else (deployment or spec.deployment)

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
 
+from errors import EvalflowError
+
 
 def get_logger() -> logging.Logger | logging.LoggerAdapter:
     try:
@@ -53,10 +55,11 @@ class _WithoutTraceback(logging.Filter):
 ENGINE_LOGGERS = ("prefect.task_runs", "prefect.flow_runs", "prefect.task_engine", "prefect.flow_engine")
 
 
-def quiet_tracebacks(expected: tuple[type[BaseException], ...]) -> None:
+def quiet_tracebacks(expected: tuple[type[BaseException], ...] = (EvalflowError,)) -> None:
     """Prefect logs every failed task and flow run with its traceback (three for one bad checkpoint):
-    for `expected` errors (a bad input the message names) the terminal, the UI and a deployment's logs
-    show the one line. Installed once per process; other errors keep their tracebacks."""
+    for `expected` errors (by default evalflow's own, whose message names what to fix) the terminal, the
+    UI and a deployment's logs show the one line. Installed once per process; other errors keep their
+    tracebacks."""
     for name in ENGINE_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _WithoutTraceback) for f in logger.filters):

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from core.config import EvalConfig
+from errors import ConfigError
 
 
-class OverrideError(ValueError):
+class OverrideError(ConfigError):
     """A dotted key that does not name a place in the config, or a malformed key=value."""
 
 
@@ -58,7 +60,12 @@ def apply_override(data: dict[str, Any], dotted: str) -> None:
     if "=" not in dotted:
         raise OverrideError(f"override {dotted!r} is not key.path=value")
     key, raw = dotted.split("=", 1)
-    set_path(data, key.strip(), yaml.safe_load(raw))
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise OverrideError(f"override {dotted!r}: the value is not YAML ({problem})") from None
+    set_path(data, key.strip(), value)
 
 
 def read_config_file(path: Path) -> Any:
@@ -95,6 +102,27 @@ def config_data(path: str | Path | None, overrides: list[str] = ()) -> dict[str,
     return data
 
 
+def validation_message(exc: ValidationError) -> str:
+    """Pydantic's errors as one line: each as `dotted.field: message`, without the inputs (they may hold secrets)."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False):
+        field = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{field}: {message}" if field else message)
+    return "; ".join(parts)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validated(model: type[Model], data: Any) -> Model:
+    """`data` as a `model`; what pydantic rejects is a ConfigError naming each bad field in one line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc)) from exc
+
+
 def resolve_config(path: str | Path | None, overrides: list[str]) -> EvalConfig:
-    """The config file with dotted overrides applied, validated (OverrideError, ValidationError: ValueErrors)."""
-    return EvalConfig.model_validate(config_data(path, overrides))
+    """The config file with dotted overrides applied, validated: anything wrong is a ConfigError (a ValueError)."""
+    return validated(EvalConfig, config_data(path, overrides))

@@ -14,12 +14,13 @@ from prefect.blocks.core import Block
 
 from core.config import EvalConfig, ServerConfig, StoreConfig
 from core.store import Store
+from errors import ConfigError
 
 SERVER_BLOCK = "evalflow-vllm-server"
 STORE_BLOCK = "evalflow-run-store"
 
 
-class BlockNotFound(ValueError):
+class BlockNotFound(ConfigError):
     """A config names a block that is not saved on the Prefect server it talks to."""
 
 

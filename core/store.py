@@ -23,6 +23,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from core import secrets
+from errors import EvalflowError
 
 # Every S3 network call has a timeout: an unreachable endpoint fails in seconds, not minutes.
 S3_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}
@@ -36,8 +37,10 @@ def _protocols(fs: Any) -> tuple[str, ...]:
     return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
-class StoreError(RuntimeError):
+class StoreError(EvalflowError, RuntimeError):
     """The store cannot be reached or written; the message says which URL and why."""
+
+    kind = "store"
 
 
 def join(base: str, *parts: str) -> str:

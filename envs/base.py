@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from errors import EvalflowError
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-class DatasetError(ValueError):
+class DatasetError(EvalflowError, ValueError):
     """A dataset file is missing or malformed; the message names the file, 1-based line and problem."""
+
+    kind = "dataset"
 
 
 @dataclass(frozen=True)

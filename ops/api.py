@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,9 @@ from pathlib import Path
 import httpx
 from filelock import FileLock
 
+from core.ports import free_port
 from core.prefect_env import PREFECT_ENV, SERVER_ENV
+from errors import EvalflowError
 from tasks.serving import reaper
 
 REAPER = reaper.__file__
@@ -41,14 +42,10 @@ DRAIN_TIMEOUT_S = 10.0
 DATABASE_URL_VARS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
 
 
-class ApiError(RuntimeError):
+class ApiError(EvalflowError, RuntimeError):
     """The temporary Prefect API did not start; the message holds the end of its log."""
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    kind = "ops"
 
 
 class ApiDatabase:
@@ -97,7 +94,7 @@ class TemporaryApi:
 
     def __init__(self, database: ApiDatabase | None) -> None:
         self.database = database
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         prefect_dir = Path(find_spec("prefect").origin).parent  # type: ignore[union-attr,arg-type]
         server = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent), "--factory",

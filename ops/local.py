@@ -27,6 +27,7 @@ import httpx
 
 from core.config import REPO_ROOT
 from core.prefect_env import PREFECT_ENV
+from errors import EvalflowError
 
 HOME = REPO_ROOT / ".prefect"
 PORT = int(os.environ.get("EVALFLOW_PREFECT_PORT", "4200"))
@@ -36,8 +37,10 @@ SMOKE = "eval/smoke"
 WAITING_HINT_S = 60.0  # a run still scheduled this long after it was created: say that it waits for a worker
 
 
-class OpsError(RuntimeError):
+class OpsError(EvalflowError, RuntimeError):
     """A local operation that cannot go on; the message says what to do."""
+
+    kind = "ops"
 
 
 def api_url() -> str:

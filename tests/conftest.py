@@ -19,9 +19,10 @@ import httpx
 import pytest
 
 from core.config import ModelConfig, ServerConfig
+from core.ports import free_port
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime.venv import ensure_runtime
-from tasks.serving.server import Endpoint, VLLMServer, free_port
+from tasks.serving.server import Endpoint, VLLMServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ LONGEST_FIRST = (
     "tests/checkpoints/test_ckpt_bad_sources.py",  # 43
     "tests/cli/test_local_ops.py",  # 42
     "tests/checkpoints/test_ckpt_concurrency.py",  # 32
-    "tests/envs/test_hostile_unprivileged.py",  # 28
+    "tests/sandbox/test_hostile_unprivileged.py",  # 28
     "tests/envs/test_humaneval_real.py",  # 25
     "tests/checkpoints/test_ckpt_s3.py",  # 23
     "tests/cli/test_run_startup.py",  # 23

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from errors import EvalflowError
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(EvalflowError, RuntimeError):
     """The model source is missing, unreadable or does not convert; the message says what to fix."""
+
+    kind = "checkpoint"

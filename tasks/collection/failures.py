@@ -23,6 +23,8 @@ from typing import Literal
 
 import openai
 
+from errors import EvalflowError
+
 Kind = Literal["outcome", "configuration", "transient"]
 
 # vLLM's wording when prompt + max_tokens exceed the model's context (several versions' variants).
@@ -130,8 +132,10 @@ class BatchFailed(Exception):
         return self.summary.kind == "transient"
 
 
-class RunFailed(Exception):
+class RunFailed(EvalflowError):
     """A run that ends Failed: a configuration failure, or too many transient ones (the message says which)."""
+
+    kind = "run"
 
 
 def persisted_form(obj: object) -> dict[str, str]:

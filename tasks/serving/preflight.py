@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import openai
 
+from errors import EvalflowError
 from tasks.serving.server import Endpoint
 
 # Short on purpose: a server that needs longer to answer a model list is not ready for a run.
@@ -14,8 +15,10 @@ CONNECT_TIMEOUT_S = 3.0
 REQUEST_TIMEOUT_S = 8.0
 
 
-class EndpointError(ValueError):
+class EndpointError(EvalflowError, ValueError):
     """The endpoint cannot serve this run; the message says which field to fix."""
+
+    kind = "server"
 
 
 def _client(endpoint: Endpoint, timeout_s: float) -> openai.OpenAI:

@@ -13,7 +13,6 @@ import atexit
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ import httpx
 
 from core.config import ServerConfig, chat_template_path
 from core.logs import get_logger
+from core.ports import free_port
+from errors import EvalflowError
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.runtime.venv import Runtime
 from tasks.serving.cpu_settings import CpuChoice, choose
@@ -33,12 +34,16 @@ REAPER = Path(__file__).with_name("reaper.py")
 STOP_GRACE_S = 15.0
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(EvalflowError, RuntimeError):
     """The server exited or did not become ready in time; the message ends with its log tail."""
 
+    kind = "server"
 
-class ServerDiedError(RuntimeError):
+
+class ServerDiedError(EvalflowError, RuntimeError):
     """The server died mid-run and could not be restarted; the message ends with its log tail."""
+
+    kind = "server"
 
 
 @dataclass(frozen=True)
@@ -55,12 +60,6 @@ class Endpoint:
     def urls(self) -> tuple[str, ...]:
         """Every URL that serves the model: the replicas, or the one base URL."""
         return self.replicas or (self.base_url,)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

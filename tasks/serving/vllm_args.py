@@ -17,6 +17,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from errors import EvalflowError
+
 # Runs in the runtime's interpreter: stdin a JSON list of argvs, stdout a JSON list of None or the error.
 _CHECK = r"""
 import contextlib, io, json, sys
@@ -48,8 +50,10 @@ print("EVALFLOW-ARGS " + json.dumps(out))
 """
 
 
-class ServerArgsError(ValueError):
+class ServerArgsError(EvalflowError, ValueError):
     """vLLM's parser rejects a server command line."""
+
+    kind = "server"
 
 
 def vllm_argv(command: Sequence[str]) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from filelock import FileLock
 
 from core.config import ModelConfig
+from core.ports import free_port
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.checkpoints.runner import run_script
 from tasks.runtime.venv import Runtime, ensure_runtime
@@ -162,9 +162,7 @@ def s3() -> Iterator[dict[str, Any]]:
     """A moto S3 server on 127.0.0.1; yields the fsspec storage options that reach it."""
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -79,11 +79,11 @@ def test_a_truncated_gguf_fails_every_dry_run_saying_so(default_gguf: Path, else
         (elsewhere / "cut.gguf").write_bytes(src.read(size // 2))  # an interrupted download
         src.seek(0)
         (elsewhere / "head.gguf").write_bytes(src.read(4096))  # cut inside the header
-    line = one_line(here(elsewhere, "prepare", "cut.gguf", "--dry-run"), "cannot prepare the model: source ")
+    line = one_line(here(elsewhere, "prepare", "cut.gguf", "--dry-run"), "checkpoint error: source ")
     assert f"{elsewhere / 'cut.gguf'} is truncated: {size // 2} bytes, its 272 tensors need {size}" in line
-    line = one_line(here(elsewhere, "run", "--dry-run", "model.source=head.gguf"), "dry run: model.source ")
+    line = one_line(here(elsewhere, "run", "--dry-run", "model.source=head.gguf"), "checkpoint error: model.source ")
     assert "is truncated: the file ends inside its header, after 4096 bytes" in line
-    line = one_line(evalflow(elsewhere, "run", "model.source=cut.gguf", "benchmarks.0.limit=1"), "cannot start the run")
+    line = one_line(evalflow(elsewhere, "run", "model.source=cut.gguf", "benchmarks.0.limit=1"), "checkpoint error: ")
     assert "is truncated" in line
 
 
@@ -94,7 +94,7 @@ def test_an_unknown_architecture_fails_the_dry_run(
     at = data.index(b"general.architecture") + len(b"general.architecture") + 12  # type (4), length (8)
     assert data[at : at + 5] == b"llama"
     (elsewhere / "other.gguf").write_bytes(data[:at] + b"lxama" + data[at + 5 :])
-    line = one_line(here(elsewhere, "prepare", "other.gguf", "--dry-run"), "cannot prepare the model: source ")
+    line = one_line(here(elsewhere, "prepare", "other.gguf", "--dry-run"), "checkpoint error: source ")
     assert "GGUF architecture 'lxama' is unknown to this runtime's transformers" in line
 
     link_step(dcp_nemo, elsewhere / "run" / "step_1")
@@ -103,13 +103,13 @@ def test_an_unknown_architecture_fails_the_dry_run(
     config = json.loads(Path(base_model.path, "config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"], "model_type": "foo"}))
     done = here(elsewhere, "run", "--dry-run", "model.source=run/step_1", "model.config_path=arch")
-    line = one_line(done, "dry run: model.source ")
+    line = one_line(done, "checkpoint error: model.source ")
     assert "architecture FooForCausalLM (model_type 'foo') is unknown to this runtime's vLLM" in line
 
 
 def test_a_dcp_config_error_names_the_option_typed(dcp_flat: Path, elsewhere: Path, here: Any) -> None:
     link_step(dcp_flat, elsewhere / "step_1")
-    line = one_line(here(elsewhere, "prepare", "step_1", "--dry-run"), "cannot prepare the model: source ")
+    line = one_line(here(elsewhere, "prepare", "step_1", "--dry-run"), "checkpoint error: source ")
     assert "--config-path" in line and "model.config_path" not in line
 
 
@@ -118,7 +118,7 @@ def test_a_dcp_missing_a_shard_fails_the_dry_run(dcp_nemo: Path, elsewhere: Path
     step = link_step(dcp_nemo, elsewhere / "step_1")
     (step / "policy/weights/__0_1.distcp").unlink()
     done = here(elsewhere, "run", "--dry-run", "model.source=step_1", "model.cache_dir=c")
-    line = one_line(done, f"dry run: checking model.source {step}: ")
+    line = one_line(done, f"checkpoint error: checking model.source {step}: ")
     assert line.endswith(f"{step / 'policy/weights/__0_1.distcp'} is missing: .metadata lists it")
 
 
@@ -168,7 +168,7 @@ def test_relative_paths_from_another_directory_convert_and_fail_in_one_line(
     step = link_step(dcp_nemo, elsewhere / "run" / "step_1", own=(f"{WEIGHTS}/__0_1.distcp",))
     flip(step / WEIGHTS / "__0_1.distcp", 200_000_000)
     done = evalflow(elsewhere, "run", "model.source=run/step_1", "model.cache_dir=ckpts", "benchmarks.0.limit=1")
-    line = one_line(done, "cannot prepare the model: converting model.source ")
+    line = one_line(done, "checkpoint error: converting model.source ")
     assert f"{step / WEIGHTS / '__0_1.distcp'}" in line and "fails its check" in line
     frames = [line for line in done.stderr.splitlines() if line.lstrip().startswith('File "')]
     assert frames == []  # Prefect's task and flow runs log their failure as a line, not a traceback

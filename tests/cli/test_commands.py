@@ -66,14 +66,14 @@ def test_a_bad_override_fails_in_one_line_naming_the_field(
     assert result.exit_code == 2
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
-    assert line.startswith("invalid configuration: ") and field in line, line
+    assert line.startswith("config error: ") and field in line, line
 
 
 def test_a_missing_config_file_fails_in_one_line(evalflow: Callable[..., Result]) -> None:
     result = evalflow("run", "--config", "configs/none.yaml", "--dry-run")
     assert result.exit_code == 2
     (line,) = result.stderr.splitlines()
-    assert line == "invalid configuration: --config configs/none.yaml: no such file"
+    assert line == "config error: --config configs/none.yaml: no such file"
 
 
 def test_sweep_dry_run_prints_one_plan_per_point(evalflow: Callable[..., Result]) -> None:
@@ -91,7 +91,7 @@ def test_a_sweep_over_a_missing_key_fails_in_one_line(evalflow: Callable[..., Re
     result = evalflow("sweep", "--sweep", str(sweep), "--config", "configs/demo.yaml", "--dry-run")
     assert result.exit_code == 2
     (line,) = result.stderr.splitlines()
-    assert line.startswith("invalid sweep: ") and "sampling.temprature" in line, line
+    assert line.startswith("config error: ") and "sampling.temprature" in line, line
 
 
 def test_prepare_prints_the_cached_folder_as_the_last_line() -> None:
@@ -149,10 +149,10 @@ def test_prepare_dry_run_of_an_s3_source_plans_the_download(evalflow: Callable[.
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["smollm2-135m-instruct", "--force", "--skip"], "invalid model options: --force (convert again) and --skip"),
-        (["smollm2-135m-instruct", "--output-dir", "s3://bucket/x"], "invalid model options: --output-dir: "),
-        (["smollm2-135m-instruct", "--option", "endpoint"], "invalid --option: "),
-        (["/nonexistent/step_100", "--kind", "dcp"], "cannot prepare the model: source '/nonexistent/step_100'"),
+        (["smollm2-135m-instruct", "--force", "--skip"], "config error: --force (convert again) and --skip"),
+        (["smollm2-135m-instruct", "--output-dir", "s3://bucket/x"], "config error: --output-dir: "),
+        (["smollm2-135m-instruct", "--option", "endpoint"], "config error: --option "),
+        (["/nonexistent/step_100", "--kind", "dcp"], "checkpoint error: source '/nonexistent/step_100'"),
     ],
 )
 def test_prepare_errors_are_one_line(evalflow: Callable[..., Result], args: list[str], message: str) -> None:

@@ -29,13 +29,13 @@ def test_a_yaml_syntax_error_names_file_line_and_column(evalflow: Callable[..., 
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  source: x\n bad: [\n")
     line = one_line_error(evalflow("run", "--config", str(bad), "--dry-run"))
-    assert line.startswith(f"invalid configuration: {bad}:3:2: invalid YAML"), line
+    assert line.startswith(f"config error: {bad}:3:2: invalid YAML"), line
     assert "<unicode string>" not in line
 
 
 def test_unknown_benchmark_options_name_the_field(evalflow: Callable[..., Result]) -> None:
     line = one_line_error(evalflow("run", "--dry-run", "benchmarks.0.options.bogus=1"))
-    assert line.startswith("invalid configuration: benchmarks.0.options: ") and "bogus" in line
+    assert line.startswith("config error: benchmarks.0.options: ") and "bogus" in line
 
 
 @pytest.mark.parametrize("probe", [True, False], ids=["run", "dry-run"])
@@ -60,7 +60,7 @@ def test_an_unreachable_endpoint_fails_in_seconds_naming_url_and_field(tmp_path:
     seconds = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "cannot start the run: server.base_url http://127.0.0.1:9/v1: unreachable ([Errno 111] Connection refused); "
+        "server error: server.base_url http://127.0.0.1:9/v1: unreachable ([Errno 111] Connection refused); "
         "start the server or fix server.base_url"
     ]
     assert seconds < 20, seconds  # imports included (a few seconds on a busy machine); no Prefect engine started

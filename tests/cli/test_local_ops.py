@@ -17,8 +17,8 @@ import httpx
 import pytest
 from typer.testing import Result
 
+from core.ports import free_port
 from ops import local
-from tasks.serving.server import free_port
 from tests.cli.conftest import EVALFLOW, PREFECT
 from tests.conftest import wait_for
 

@@ -17,6 +17,7 @@ import pytest
 from prefect.logging.handlers import PrefectConsoleHandler
 
 from core.config import CollectionConfig, SamplingConfig, ServerConfig
+from core.ports import free_port
 from core.store import Store
 from envs.registry import get_env
 from tasks.checkpoints.prepare import PreparedModel
@@ -28,7 +29,7 @@ from tasks.collection.progress import Progress
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import collect_all
 from tasks.runtime.venv import Runtime
-from tasks.serving.server import Endpoint, ServerStartError, VLLMServer, free_port
+from tasks.serving.server import Endpoint, ServerStartError, VLLMServer
 from tests.tasks.conftest import rollout as record
 
 INTERVAL = 0.05

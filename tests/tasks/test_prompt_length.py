@@ -79,7 +79,7 @@ def test_a_long_prompt_fails_the_plan_naming_file_line_and_tokens(smollm2: Prepa
     args = [f"model.source={smollm2.path}", f"benchmarks.0.dataset={data}", f"store.url={tmp_path / 'store'}"]
     result = CliRunner().invoke(app, ["run", "--dry-run", *args])
     assert result.exit_code == 2 and "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[-1] == f"dry run: {message}"  # after any progress lines
+    assert result.stderr.splitlines()[-1] == f"dataset error: {message}"  # after any progress lines
 
 
 def test_on_long_prompt_skip_leaves_them_out_and_counts_them(smollm2: PreparedModel, tmp_path: Path) -> None:

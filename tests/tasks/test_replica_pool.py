@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import openai
 import pytest
 
 from core.config import CollectionConfig, SamplingConfig
+from core.ports import free_port
 from core.store import Store
 from tasks.collection.failures import RolloutFailed
 from tasks.collection.rollout import CollectContext, request_with_retries
@@ -28,10 +28,7 @@ KEY = "sk-pool-secret"
 
 
 def closed_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"  # nothing listens there once the socket is closed
+    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
 
 
 def answering(calls: list[str]) -> openai.AsyncOpenAI:
