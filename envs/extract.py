@@ -52,16 +52,6 @@ def normalize_answer(raw: str | None) -> str | None:
     return (normalize_number(raw) or None) if raw is not None else None
 
 
-def strict_match(text: str) -> str | None:
-    """The number after the first `#### `, normalized; None if there is none."""
-    return normalize_answer(lm_eval_strict(text))
-
-
-def flexible_extract(text: str) -> str | None:
-    """The last number-like token in the text, normalized; None if there is none."""
-    return normalize_answer(lm_eval_flexible(text))
-
-
 def _lm_eval_clean(text: str) -> str:
     for pattern in LM_EVAL_IGNORE:
         text = pattern.sub("", text)

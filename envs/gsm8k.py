@@ -5,11 +5,10 @@ Chat prompts with optional few-shot turns, or lm-eval's plain-completion prompt 
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar
 
-from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
-from envs.datasets import read_examples
+from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score
 from envs.extract import (
     answers_equal,
     last_boxed,
@@ -20,6 +19,7 @@ from envs.extract import (
     normalize_number,
     to_number,
 )
+from envs.fewshot import FewShotQAEnv
 
 FEWSHOT_PATH = REPO_ROOT / "data" / "gsm8k" / "fewshot.jsonl"
 # Asks for lm-eval's strict format. Measured with greedy SmolLM2-135M-Instruct on the shipped set: about a
@@ -30,10 +30,7 @@ INSTRUCTION = 'Solve the problem step by step. Then write the final answer on th
 # each few-shot example followed by " " + its worked solution, examples joined by "\n\n"; generation stops
 # at the next "Question:", an end-of-sequence string, or a blank line (the solutions have none).
 COMPLETION_QUESTION = "Question: {question}\nAnswer:"
-COMPLETION_TARGET_DELIMITER = " "
-COMPLETION_FEWSHOT_DELIMITER = "\n\n"
-COMPLETION_STOP = ["Question:", "</s>", "<|im_end|>", "\n\n"]
-MODES = ("chat", "completion")
+COMPLETION_STOP = ("Question:", "</s>", "<|im_end|>", "\n\n")
 # lm-eval's result names (metric,filter), used as the info keys and labels of its exact-match scores.
 LM_EVAL_STRICT = "exact_match,strict-match"
 LM_EVAL_FLEXIBLE = "exact_match,flexible-extract"
@@ -50,7 +47,7 @@ def _reference_of(answer: Any) -> str | None:
     return ref if to_number(ref) is not None else None
 
 
-class GSM8KEnv(SingleTurnEnv):
+class GSM8KEnv(FewShotQAEnv):
     """Rows: `{"id", "question", "answer"}` with answer a number, or original GSM8K (no id, `#### N`).
 
     Options: `fewshot` (0-8 shipped worked examples), `system_prompt`, and `mode`: "chat" (default; chat
@@ -108,23 +105,17 @@ class GSM8KEnv(SingleTurnEnv):
         MetricSpec("parse_error", "no answer", "rate", description="no \\boxed{}, '#### ' or other number found"),
     )
 
-    def __init__(
-        self, fewshot: int = 0, system_prompt: str | None = None, mode: Literal["chat", "completion"] = "chat"
-    ) -> None:
-        # `mode` enters the options (so the fingerprint) only when it is not the default: chat-mode
-        # fingerprints, and so the cached chat rollouts, stay what they were before the option existed.
-        extra = {} if mode == "chat" else {"mode": mode}
-        super().__init__(fewshot=fewshot, system_prompt=system_prompt, **extra)
-        if mode not in MODES:
-            raise ValueError(f"gsm8k: mode must be one of {', '.join(MODES)}, got {mode!r}")
-        available = read_examples(FEWSHOT_PATH, GSM8KEnv.check_row)
-        if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
-            raise ValueError(f"gsm8k: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise ValueError(f"gsm8k: system_prompt must be a string or None, got {system_prompt!r}")
-        self.fewshot_rows = available[:fewshot]
-        self.system_prompt = system_prompt
-        self.mode = mode
+    fewshot_path: ClassVar[Path] = FEWSHOT_PATH
+    question_field: ClassVar[str] = "question"
+    target_field: ClassVar[str] = "answer"
+    instruction: ClassVar[str] = INSTRUCTION
+    completion_template: ClassVar[str] = COMPLETION_QUESTION
+    completion_stop: ClassVar[tuple[str, ...]] = COMPLETION_STOP
+    # `mode` enters the options (so the fingerprint) only when it is not the default: chat-mode fingerprints,
+    # and so the cached chat rollouts, stay what they were before the option existed. The templates leave
+    # out the system prompt (the options hold it).
+    default_mode_in_options: ClassVar[bool] = False
+    system_prompt_in_templates: ClassVar[bool] = False
 
     @staticmethod
     def check_row(row: dict[str, Any], where: str) -> None:
@@ -142,66 +133,11 @@ class GSM8KEnv(SingleTurnEnv):
                 f"got {str(row['answer'])[-60:]!r}"
             )
 
-    def validate_row(self, row: dict[str, Any], where: str) -> None:
-        self.check_row(row, where)
-
-    def prompt_id(self, row: dict[str, Any]) -> str:
-        if "id" in row:
-            return row["id"]
-        # The original GSM8K files have no ids; a content hash keeps cache keys stable across copies.
-        return "gsm8k-" + hashlib.sha256(row["question"].strip().encode()).hexdigest()[:16]
-
     def reference(self, row: dict[str, Any]) -> str:
         ref = _reference_of(row["answer"])
         if ref is None:
             raise DatasetError(f"row {self.prompt_id(row)}: no reference number in 'answer'")
         return ref
-
-    def prompt_templates(self) -> dict[str, Any]:
-        fewshot = [[ex["question"], ex["answer"]] for ex in self.fewshot_rows]
-        if self.mode == "completion":
-            return {
-                "mode": "completion",
-                "question": COMPLETION_QUESTION,
-                "target_delimiter": COMPLETION_TARGET_DELIMITER,
-                "fewshot_delimiter": COMPLETION_FEWSHOT_DELIMITER,
-                "fewshot": fewshot,
-            }
-        return {"instruction": INSTRUCTION, "fewshot": fewshot}
-
-    @staticmethod
-    def _user_turn(question: str) -> str:
-        return f"{question.strip()}\n\n{INSTRUCTION}"
-
-    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
-        if self.mode == "completion":
-            raise ValueError("gsm8k: mode 'completion' sends a plain-text prompt (see prompt()), not chat messages")
-        msgs: list[dict[str, str]] = []
-        if self.system_prompt:
-            msgs.append({"role": "system", "content": self.system_prompt})
-        for ex in self.fewshot_rows:
-            msgs.append({"role": "user", "content": self._user_turn(ex["question"])})
-            msgs.append({"role": "assistant", "content": ex["answer"].strip()})
-        msgs.append({"role": "user", "content": self._user_turn(row["question"])})
-        return msgs
-
-    def prompt(self, row: dict[str, Any]) -> str | None:
-        """lm-eval's gsm8k prompt as one string in completion mode (a system prompt, if any, goes first); else None."""
-        if self.mode != "completion":
-            return None
-        blocks = [
-            COMPLETION_QUESTION.format(question=ex["question"].strip())
-            + COMPLETION_TARGET_DELIMITER
-            + ex["answer"].strip()
-            for ex in self.fewshot_rows
-        ]
-        blocks.append(COMPLETION_QUESTION.format(question=row["question"].strip()))
-        if self.system_prompt:
-            blocks.insert(0, self.system_prompt.strip())
-        return COMPLETION_FEWSHOT_DELIMITER.join(blocks)
-
-    def stop(self) -> list[str] | None:
-        return list(COMPLETION_STOP) if self.mode == "completion" else None
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
         ref = self.reference(row)

@@ -5,13 +5,13 @@ Chat prompts with optional few-shot turns, or lm-eval's minerva_math plain-compl
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar
 
 from envs import main_thread
-from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score, SingleTurnEnv
-from envs.datasets import read_examples
+from envs.base import REPO_ROOT, DatasetError, MetricSpec, Score
 from envs.extract import answers_equal, last_boxed
+from envs.fewshot import FewShotQAEnv
 from envs.math_minerva import exact_match, final_answer_line, math_verify
 
 INSTRUCTION = "Put your final answer within \\boxed{}."
@@ -21,10 +21,7 @@ FEWSHOT_PATH = REPO_ROOT / "data" / "math" / "fewshot.jsonl"
 # target delimiter), examples joined by "\n\n"; generation stops at the next "Problem:" or an end-of-sequence
 # string.
 COMPLETION_PROBLEM = "Problem:\n{problem}\n\nSolution:"
-COMPLETION_TARGET_DELIMITER = " "
-COMPLETION_FEWSHOT_DELIMITER = "\n\n"
-COMPLETION_STOP = ["Problem:", "</s>", "<|im_end|>"]
-MODES = ("chat", "completion")
+COMPLETION_STOP = ("Problem:", "</s>", "<|im_end|>")
 EXACT_MATCH = "exact_match"
 MATH_VERIFY = "math_verify"
 
@@ -74,23 +71,7 @@ def math_equal(pred: str | None, ref: str) -> bool:
     return pred is not None and answers_equal(pred, ref)
 
 
-def check_row(row: dict[str, Any], where: str) -> None:
-    """Row checks, also applied to the shipped few-shot file."""
-    if "id" in row and (not isinstance(row["id"], str) or not row["id"].strip()):
-        raise DatasetError(f"{where}: 'id' must be a non-empty string, got {row['id']!r}")
-    problem = row.get("problem")
-    if not isinstance(problem, str) or not problem.strip():
-        raise DatasetError(f"{where}: missing or empty 'problem' (a non-empty string)")
-    if "answer" not in row and "solution" not in row:
-        raise DatasetError(f"{where}: missing 'answer' (or an original MATH 'solution' with a \\boxed{{}} answer)")
-    if _reference_of(row) is None:
-        raise DatasetError(
-            f"{where}: no reference answer: 'answer' must be a non-empty string or a number, or "
-            f"'solution' must contain a \\boxed{{}} answer"
-        )
-
-
-class MathEnv(SingleTurnEnv):
+class MathEnv(FewShotQAEnv):
     """Rows: `{"id", "problem", "answer"}`, or original MATH rows (`problem`, `solution`, no id).
 
     Options: `fewshot` (0-4 of the Minerva examples lm-eval's minerva_math uses, each solution ending "Final
@@ -140,78 +121,36 @@ class MathEnv(SingleTurnEnv):
         ),
     )
 
-    def __init__(
-        self, fewshot: int = 0, system_prompt: str | None = None, mode: Literal["chat", "completion"] = "chat"
-    ) -> None:
-        super().__init__(fewshot=fewshot, system_prompt=system_prompt, mode=mode)
-        if mode not in MODES:
-            raise ValueError(f"math: mode must be one of {', '.join(MODES)}, got {mode!r}")
-        available = read_examples(FEWSHOT_PATH, check_row)
-        if isinstance(fewshot, bool) or not isinstance(fewshot, int) or not 0 <= fewshot <= len(available):
-            raise ValueError(f"math: fewshot must be an integer from 0 to {len(available)}, got {fewshot!r}")
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise ValueError(f"math: system_prompt must be a string or None, got {system_prompt!r}")
-        self.fewshot_rows = available[:fewshot]
-        self.system_prompt = system_prompt
-        self.mode = mode
+    fewshot_path: ClassVar[Path] = FEWSHOT_PATH
+    question_field: ClassVar[str] = "problem"
+    target_field: ClassVar[str] = "solution"
+    instruction: ClassVar[str] = INSTRUCTION
+    completion_template: ClassVar[str] = COMPLETION_PROBLEM
+    completion_stop: ClassVar[tuple[str, ...]] = COMPLETION_STOP
+    # lm-eval inserts the problem and solution text as they are (no stripping), so the examples do too.
+    strip_text: ClassVar[bool] = False
 
-    def validate_row(self, row: dict[str, Any], where: str) -> None:
-        check_row(row, where)
-
-    def prompt_id(self, row: dict[str, Any]) -> str:
-        if "id" in row:
-            return row["id"]
-        # Original MATH rows have no ids; a content hash keeps cache keys stable across copies.
-        return "math-" + hashlib.sha256(row["problem"].strip().encode()).hexdigest()[:16]
+    @staticmethod
+    def check_row(row: dict[str, Any], where: str) -> None:
+        """Row checks, also applied to the shipped few-shot file."""
+        if "id" in row and (not isinstance(row["id"], str) or not row["id"].strip()):
+            raise DatasetError(f"{where}: 'id' must be a non-empty string, got {row['id']!r}")
+        problem = row.get("problem")
+        if not isinstance(problem, str) or not problem.strip():
+            raise DatasetError(f"{where}: missing or empty 'problem' (a non-empty string)")
+        if "answer" not in row and "solution" not in row:
+            raise DatasetError(f"{where}: missing 'answer' (or an original MATH 'solution' with a \\boxed{{}} answer)")
+        if _reference_of(row) is None:
+            raise DatasetError(
+                f"{where}: no reference answer: 'answer' must be a non-empty string or a number, or "
+                f"'solution' must contain a \\boxed{{}} answer"
+            )
 
     def reference(self, row: dict[str, Any]) -> str:
         ref = _reference_of(row)
         if ref is None:
             raise DatasetError(f"row {self.prompt_id(row)}: no reference answer")
         return ref
-
-    def prompt_templates(self) -> dict[str, Any]:
-        fewshot = [[ex["problem"], ex["solution"]] for ex in self.fewshot_rows]
-        if self.mode == "completion":
-            return {
-                "mode": "completion",
-                "problem": COMPLETION_PROBLEM,
-                "target_delimiter": COMPLETION_TARGET_DELIMITER,
-                "fewshot_delimiter": COMPLETION_FEWSHOT_DELIMITER,
-                "fewshot": fewshot,
-                "system_prompt": self.system_prompt,
-            }
-        return {"instruction": INSTRUCTION, "system_prompt": self.system_prompt, "fewshot": fewshot}
-
-    @staticmethod
-    def _user_turn(problem: str) -> str:
-        return f"{problem.strip()}\n\n{INSTRUCTION}"
-
-    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
-        if self.mode == "completion":
-            raise ValueError("math: mode 'completion' sends a plain-text prompt (see prompt()), not chat messages")
-        msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        for ex in self.fewshot_rows:
-            msgs.append({"role": "user", "content": self._user_turn(ex["problem"])})
-            msgs.append({"role": "assistant", "content": ex["solution"]})
-        return [*msgs, {"role": "user", "content": self._user_turn(row["problem"])}]
-
-    def prompt(self, row: dict[str, Any]) -> str | None:
-        """lm-eval's minerva_math prompt in completion mode (a system prompt, if any, first); else None."""
-        if self.mode != "completion":
-            return None
-        # lm-eval inserts the problem and solution text as they are (no stripping), so the examples do too.
-        blocks = [
-            COMPLETION_PROBLEM.format(problem=ex["problem"]) + COMPLETION_TARGET_DELIMITER + ex["solution"]
-            for ex in self.fewshot_rows
-        ]
-        blocks.append(COMPLETION_PROBLEM.format(problem=row["problem"]))
-        if self.system_prompt:
-            blocks.insert(0, self.system_prompt.strip())
-        return COMPLETION_FEWSHOT_DELIMITER.join(blocks)
-
-    def stop(self) -> list[str] | None:
-        return list(COMPLETION_STOP) if self.mode == "completion" else None
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
         return main_thread.call(score_completion, row, completion)

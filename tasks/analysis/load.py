@@ -84,8 +84,9 @@ def load(con: duckdb.DuckDBPyConnection, files: list[str], env_keys: Mapping[str
     into the `env` list column during the scan (tasks/analysis/env_metrics.py reads them by position),
     so the large `info` text is parsed once and never kept.
 
-    Each prompt's rows are ordered by (repeat, newest `created_at`, last file name: the copy
-    tasks/analysis/frame.py keeps); a row whose predecessor has the same repeat is a stale duplicate.
+    Each prompt's rows are ordered by (repeat, newest `created_at`, last file name: the copy the rollout
+    browser's sample keeps too, tasks/reporting/browser_sample.py); a row whose predecessor has the same
+    repeat is a stale duplicate.
     `pos`, the 1-based position of a repeat among its prompt's repeats (maj@k votes with pos <= k), is a
     dense rank by repeat alone, so a duplicate never takes the place of the next repeat.
     """

@@ -14,7 +14,6 @@ from __future__ import annotations
 import mimetypes
 import posixpath
 import re
-import threading
 import urllib.parse
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,12 +99,6 @@ def make_server(store: Store, host: str = "127.0.0.1", port: int = 8000) -> Thre
     fs, root = store.filesystem()
     handler = type("StoreHandler", (ReportHandler,), {"fs": fs, "root": root.rstrip("/")})
     return ThreadingHTTPServer((host, port), handler)
-
-
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, name="serve-reports", daemon=True)
-    thread.start()
-    return thread
 
 
 def index_url(server: ThreadingHTTPServer) -> str:

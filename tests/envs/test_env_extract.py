@@ -9,14 +9,13 @@ import pytest
 
 from envs.extract import (
     answers_equal,
-    flexible_extract,
     has_malformed_number,
     last_boxed,
     lm_eval_exact_match,
     lm_eval_flexible,
     lm_eval_strict,
+    normalize_answer,
     normalize_number,
-    strict_match,
     to_number,
 )
 
@@ -36,7 +35,8 @@ from envs.extract import (
     ],
 )
 def test_strict_match(text: str, expected: str | None) -> None:
-    assert strict_match(text) == expected
+    """lm-eval's strict filter, then the normalization GSM8K's numeric `strict_correct` compares."""
+    assert normalize_answer(lm_eval_strict(text)) == expected
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,8 @@ def test_strict_match(text: str, expected: str | None) -> None:
     ],
 )
 def test_flexible_extract(text: str, expected: str | None) -> None:
-    assert flexible_extract(text) == expected
+    """lm-eval's flexible filter, then the normalization GSM8K's numeric `flexible_correct` compares."""
+    assert normalize_answer(lm_eval_flexible(text)) == expected
 
 
 @pytest.mark.parametrize(
@@ -246,3 +247,9 @@ def test_bare_latex_is_compared_whole_not_by_its_leading_number() -> None:
     assert not answers_equal("\\left(2,3\\right)", "3")
     assert answers_equal("\\sqrt{2}+1", "1+\\sqrt{2}")
     assert answers_equal("\\frac{1}{2}", "0.5")
+
+
+def test_normalize_answer_of_no_match_or_nothing_left() -> None:
+    assert normalize_answer(None) is None
+    assert normalize_answer("$.") is None  # nothing is left after the cleanup
+    assert normalize_answer(" $1,234. ") == "1234"

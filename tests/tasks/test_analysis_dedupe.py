@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from envs.base import MetricSpec
-from tasks.analysis.frame import load_rollouts_frame
 from tasks.analysis.metrics import compute_metrics
+from tasks.reporting.browser_sample import sample_rollouts
 
 NEW = datetime(2025, 2, 1, tzinfo=UTC)
 OLD = datetime(2025, 1, 1, tzinfo=UTC)
@@ -67,11 +67,13 @@ def test_stale_duplicates_of_every_repeat_leave_the_newest_run(make_rollout, wri
     assert alone["benchmarks"]["gsm8k"]["maj_at_k"] == pytest.approx({"1": 0.0, "2": 0.0, "4": 1.0})
 
 
-def test_equal_timestamps_keep_the_same_copy_as_the_frame(make_rollout, write_batch, local_store) -> None:
-    # Same created_at in both files: metrics and the per-rollout frame both keep the last file name's copy.
+def test_equal_timestamps_keep_the_same_copy_as_the_browser(make_rollout, write_batch, local_store) -> None:
+    # Same created_at in both files: the metrics (tasks/analysis/load.py) and the rollout browser's sample
+    # (tasks/reporting/browser_sample.py) both keep the last file name's copy.
     first = write_batch(answer_rows(make_rollout, "p", ["3"], created_at=NEW), name="a.parquet")
     last = write_batch(answer_rows(make_rollout, "p", ["2"], created_at=NEW), name="b.parquet")
     for files in ([first, last], [last, first]):
         metrics = compute_metrics(files, local_store)
         assert metrics.duplicate_rollouts == 1 and metrics.benchmarks["gsm8k"].accuracy == 1.0
-        assert load_rollouts_frame(files, local_store, columns=["parsed_answer"])["parsed_answer"].to_list() == ["2"]
+        assert metrics.benchmarks["gsm8k"].per_prompt[0].top_answer == "2"
+        assert sample_rollouts(files, local_store, ["parsed_answer"], n=10)["parsed_answer"].to_list() == ["2"]
