@@ -58,7 +58,7 @@ def evalflow_run(base_url: str, model: str, args, concurrency: int | None) -> tu
     started = time.perf_counter()
     result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
     wall = time.perf_counter() - started
-    return result["timings_s"]["collect"], wall, result["metrics"]["benchmarks"]["gsm8k"]["tokens"]["completion_total"]
+    return result.run_info.timings["collect"], wall, result.benchmarks["gsm8k"].tokens.completion_total
 
 
 def main() -> None:

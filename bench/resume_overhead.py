@@ -91,7 +91,7 @@ def print_table(rows: list[tuple[str, float, dict[str, Any], dict[str, float]]],
     print(f"{'run':<26} {'wall s':>7} {'batches cached':>15}  stages (s)")
     for label, wall, batches, timings in rows:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
-        print(f"{label:<26} {wall:7.2f} {batches['cached']:>7}/{batches['total']:<7}  {stages}")
+        print(f"{label:<26} {wall:7.2f} {batches.batches_cached:>7}/{batches.batches_total:<7}  {stages}")
     for api, walls in fresh.items():
         runs = ", ".join(f"{w:.1f}" for w in walls)
         label = "cached rerun, new process"
@@ -108,7 +108,7 @@ def measure_cached(config_path: str, overrides: list[str], runs: int) -> None:
         for label in ("cached rerun, in process", "again, in process"):
             started = time.perf_counter()
             result = asyncio.run(eval_flow(config))
-            rows.append((label, time.perf_counter() - started, result["batches"], result["timings_s"]))
+            rows.append((label, time.perf_counter() - started, result.collection, result.run_info.timings))
     print(f"\n{planned['rollouts']['total']:,} rollouts, all cached ({config_path} {' '.join(overrides)})")
     print_table(rows, fresh_processes(Path(config_path), overrides, runs))
 
@@ -126,7 +126,7 @@ def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
         for label in ("first run (collects)", "cached rerun", "cached rerun again"):
             started = time.perf_counter()
             result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
-            rows.append((label, time.perf_counter() - started, result["batches"], result["timings_s"]))
+            rows.append((label, time.perf_counter() - started, result.collection, result.run_info.timings))
     config = Path(tempfile.mkdtemp()) / "eval.yaml"
     config.write_text(yaml.safe_dump(data))
     rollouts = args.prompts * args.repeats

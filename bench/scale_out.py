@@ -27,15 +27,9 @@ from typing import Any
 
 import httpx
 
+from core.ports import free_port
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -94,9 +88,9 @@ def run_replicas(count: int, args: argparse.Namespace) -> dict[str, float]:
         result = asyncio.run(eval_flow(EvalConfig.model_validate(config(urls, args, store))))
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_SELF)
-    assert result["status"] == "complete", result["status"]
-    rollouts = result["metrics"]["total_rollouts"]
-    collect = result["timings_s"]["collect"]
+    assert result.state == "complete", result.state
+    rollouts = result.total_rollouts
+    collect = result.run_info.timings["collect"]
     return {"replicas": count, "rollouts": rollouts, "collect_s": collect, "run_s": wall,
             "client_cpu_s": (after.ru_utime + after.ru_stime) - (cpu.ru_utime + cpu.ru_stime)}  # fmt: skip
 

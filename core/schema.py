@@ -24,15 +24,22 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from core.migrate import strip_unknown
+from errors import EvalflowError
+
 # Version 1: the files written before versions were recorded (no metadata key, the same columns).
 ROLLOUT_SCHEMA_VERSION = 2
 SCHEMA_VERSION_KEY = b"evalflow.schema_version"
 # Version 3: env_metrics (declared by the environments) replace info_rates / info_outcomes.
-METRICS_SCHEMA_VERSION = 4  # 4: ci.accuracy clustered by prompt, accuracy_stderr, majority_vote
+# 4: ci.accuracy clustered by prompt, accuracy_stderr, majority_vote. 5: metrics.json is a core.record.RunRecord
+# (typed run_info and comparison); every document model refuses unknown keys.
+METRICS_SCHEMA_VERSION = 5
 
 
-class SchemaVersionError(ValueError):
+class SchemaVersionError(EvalflowError, ValueError):
     """A file was written by a newer evalflow than this one (or carries an unreadable version)."""
+
+    kind = "store"
 
 
 class _JsonText:
@@ -172,9 +179,10 @@ def check_schema_version(url: str, value: bytes | str | None) -> int:
 
 
 class _Doc(BaseModel):
-    # Older documents lack newer fields (defaults fill them); their dropped keys are ignored rather
-    # than failing a report or a comparison with an old run.
-    model_config = ConfigDict(extra="ignore")
+    # An unknown key is a bug in what evalflow wrote (a mistyped key would otherwise vanish and its field take
+    # its default). Older documents lack newer fields (defaults fill them); the keys a later version retired
+    # are dropped by RunMetrics.migrate before validation.
+    model_config = ConfigDict(extra="forbid")
 
 
 class Interval(_Doc):
@@ -349,46 +357,54 @@ class BenchmarkMetrics(_Doc):
     per_prompt: list[PromptRow] = Field(default_factory=list)
     env_metrics: list[EnvMetric] = Field(default_factory=list)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_schema_2(cls, data: Any) -> Any:
-        """Version-2 documents kept every boolean info key in `info_rates` (Wilson CIs in
-        `ci.info_rates`) and categorical ones in `info_outcomes`: read them as env metrics, so a
-        comparison with an old baseline still matches them by key."""
-        if not isinstance(data, dict) or "env_metrics" in data:
-            return data
-        rates, outcomes = data.get("info_rates") or {}, data.get("info_outcomes") or {}
-        if not rates and not outcomes:
-            return data
-        cis = (data.get("ci") or {}).get("info_rates") or {}
-        rollouts = data.get("n_rollouts", 0)
-        metrics = [
-            {
-                "key": k,
-                "label": k,
-                "kind": "rate",
-                "value": v,
-                "n": (cis.get(k) or {}).get("n", rollouts),
-                "ci": cis.get(k),
-            }
-            for k, v in rates.items()
-        ]
-        metrics += [
-            {"key": k, "label": k, "kind": "counts", "n": sum(c.values()), "counts": c} for k, c in outcomes.items()
-        ]
-        return {**data, "env_metrics": metrics}
-
     def env_metric(self, key: str) -> EnvMetric | None:
         return next((m for m in self.env_metrics if m.key == key), None)
 
 
+def _env_metrics_of_schema_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version-2 benchmarks kept every boolean info key in `info_rates` (Wilson CIs in `ci.info_rates`) and
+    categorical ones in `info_outcomes`: read them as env metrics, so a comparison with an old baseline still
+    matches them by key."""
+    if "env_metrics" in data:
+        return data
+    rates, outcomes = data.get("info_rates") or {}, data.get("info_outcomes") or {}
+    cis = (data.get("ci") or {}).get("info_rates") or {}
+    rollouts = data.get("n_rollouts", 0)
+    metrics = [
+        {"key": k, "label": k, "kind": "rate", "value": v, "n": (cis.get(k) or {}).get("n", rollouts), "ci": cis.get(k)}
+        for k, v in rates.items()
+    ]
+    metrics += [
+        {"key": k, "label": k, "kind": "counts", "n": sum(c.values()), "counts": c} for k, c in outcomes.items()
+    ]
+    return {**data, "env_metrics": metrics}
+
+
 class RunMetrics(_Doc):
-    """metrics.json without the report's additions (`run_info`, `comparison`)."""
+    """The metrics of a run's benchmarks, as the analysis computes them (metrics.json is a core.record.RunRecord:
+    these fields plus `run_info` and `comparison`)."""
 
     schema_version: int = METRICS_SCHEMA_VERSION
     total_rollouts: int = 0
     duplicate_rollouts: int = 0
     benchmarks: dict[str, BenchmarkMetrics] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        return cls.migrate(data) if isinstance(data, dict) else data
+
+    @classmethod
+    def migrate(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A document of an older schema version in today's shape (its schema_version kept: the comparison
+        reads old intervals by it): schema-2 info rates as env metrics, retired keys dropped."""
+        if data.get("schema_version", METRICS_SCHEMA_VERSION) >= METRICS_SCHEMA_VERSION:
+            return data
+        benchmarks = {
+            name: _env_metrics_of_schema_2(bm) if isinstance(bm, dict) else bm
+            for name, bm in (data.get("benchmarks") or {}).items()
+        }
+        return strip_unknown(cls, {**data, "benchmarks": benchmarks})
 
     @field_validator("schema_version")
     @classmethod

@@ -13,6 +13,7 @@ import contextlib
 import json
 import tempfile
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,9 @@ from prefect.runtime import flow_run as prefect_flow_run
 from core import store as store_paths
 from core.config import EvalConfig
 from core.logs import Stages, get_logger, quiet_tracebacks
-from core.resolve import BlockNotFound
+from core.record import Collection, RunInfo, RunRecord, RunStatus, ShardRun
 from core.secrets import redact
-from core.store import Store, StoreError
-from envs.base import DatasetError
+from core.store import Store
 from flows.plan import check_endpoints, external_endpoint, plan_run, preflight
 from flows.shards import (
     Shard,
@@ -46,12 +46,11 @@ from flows.shards import (
 from flows.shards import deployment_name as shard_deployment
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.metrics import analyze_task
-from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
 from tasks.collection.cache import result_storage
 from tasks.collection.failures import RunFailed
-from tasks.collection.lease import LockStoreError, lock_manager
+from tasks.collection.lease import lock_manager
 from tasks.collection.plan import Benchmark, Planned, plan
 from tasks.collection.progress import Progress
 from tasks.collection.prompt_length import check_prompt_lengths, local_folder
@@ -59,17 +58,15 @@ from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.reporting.index import read_entries
-from tasks.reporting.report import format_terminal_summary, report_task
+from tasks.reporting.report import format_terminal_summary, report_task, run_record
 from tasks.runtime.venv import ensure_runtime, runtime_for
 from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
 from tasks.serving.slots import server_slot
 
-# Errors whose one-line message names what to fix (a bad checkpoint, dataset, store or block): logged
-# without tracebacks in every entry point (`evalflow run`, a deployment run), and `evalflow run` turns
-# them into one line with exit status 2, as `evalflow prepare` and the dry run do.
-INPUT_ERRORS: tuple[type[Exception], ...] = (CheckpointError, DatasetError, BlockNotFound, StoreError, LockStoreError)
-quiet_tracebacks((*INPUT_ERRORS, RunFailed))
+# Every EvalflowError's message names what to fix: logged without its traceback in every entry point
+# (`evalflow run`, a deployment run); the command line prints its one line (cli.common.EvalflowGroup).
+quiet_tracebacks()
 
 
 def new_run_id() -> str:
@@ -92,24 +89,66 @@ def _cancel_shards(*args: Any, **kwargs: Any) -> None:
         get_logger().warning("cancelled %d shard flow runs of this run", count)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A run ready to collect: its config (blocks applied), store, benchmarks, model and batch plan."""
+
+    original: EvalConfig  # as given: what a shard child is started with
+    config: EvalConfig
+    store: Store
+    benchmarks: list[Benchmark]
+    run_id: str
+    run_dir: str
+    started_at: datetime
+    model: PreparedModel
+    fingerprint: str  # the samples fingerprint: the model plus the server settings that change samples
+    storage: Any
+    batch_task: Any
+    work: list[Planned]
+    shards: int
+    deployment: str | None
+
+    @property
+    def missing(self) -> list[Planned]:
+        return [p for p in self.work if p.cached is None]
+
+
 @flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers, _cancel_shards], log_prints=True)
-async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | None = None) -> dict[str, Any]:
-    """Evaluate one model on the configured benchmarks and write the report.
+async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | None = None) -> RunRecord:
+    """Evaluate one model on the configured benchmarks and write the report; returns the run's record.
 
     The run ends Failed (report written if any rollout finished, never a baseline) on a configuration
     failure or when more than collection.max_failed_share of its rollouts failed transiently.
 
-    With `dry_run`, report what would be converted, started and generated, and start nothing. With
-    `collection.shards`, the batches are collected by child flow runs of the deployment; `shard` is
-    set in those children: they collect their batches into the parent's run and write no report.
+    With `dry_run`, report what would be converted, started and generated, and start nothing (a "planned"
+    record). With `collection.shards`, the batches are collected by child flow runs of the deployment;
+    `shard` is set in those children: they collect their batches into the parent's run and write no report
+    (a "collected" record).
     """
-    logger = get_logger()
     if dry_run:
-        summary = plan_run(config)
-        logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
-        return summary
-    original, stages = config, Stages()
-    flow_ctx = FlowRunContext.get()
+        return planned_run(config)
+    stages = Stages()
+    prepared = await prepare_run(config, shard, stages)
+    if shard is not None:
+        return await collect_shard(prepared, shard, stages)
+    return await evaluate(prepared, stages)
+
+
+def planned_run(config: EvalConfig) -> RunRecord:
+    """A dry run: the plan (plan_run) as a "planned" record; nothing converted, started or written."""
+    summary = plan_run(config)
+    get_logger().info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
+    model = summary["model"].get("served_name") or config.model.served_name or config.model.source
+    info = RunInfo(
+        run_id="dry-run", run_name=config.run_name, status=RunStatus(state="planned"), model=str(model),
+        model_source=config.model.source, config=summary["config"], deployment=prefect_deployment.name,
+    )  # fmt: skip
+    return RunRecord(run_info=info, collection=Collection(run_dir="", plan=summary))
+
+
+async def prepare_run(config: EvalConfig, shard: Shard | None, stages: Stages) -> Prepared:
+    """Everything before collection: checks, the model (converted, cached), prompt lengths, the batch plan."""
+    logger, original = get_logger(), config
     with stages("validate"):
         config, store, benchmarks, _ = preflight(config)
         locks = lock_manager(store)  # an S3 store's batch locks are leases on it: conditional writes checked
@@ -146,7 +185,6 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
     )
     fingerprint = samples_fingerprint(model.fingerprint, config.server)
     with stages("plan"):
-        # the model plus the server settings that change samples (dtype, quantization, vLLM version)
         work = plan(benchmarks, config, fingerprint, storage, store)
         if shard is not None:
             work = shard_work(shard, work, fingerprint)
@@ -156,105 +194,126 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
             len(work), sum(p.batch.size for p in work), len(work) - len(missing), len(missing),
             sum(p.batch.size for p in missing),
         )  # fmt: skip
+    return Prepared(
+        original, config, store, benchmarks, run_id, run_dir, started_at, model, fingerprint, storage, batch_task,
+        work, shards, deployment,
+    )  # fmt: skip
 
-    ctx = CollectContext(
-        run_id=run_id,
-        run_dir=run_dir,
-        endpoint=Endpoint("http://127.0.0.1:9/v1", model.served_name),  # replaced by the server's
-        model_fingerprint=model.fingerprint,
-        sampling=config.sampling,
-        collection=config.collection,
-        store=store,
-        progress_interval_s=config.collection.progress_interval_s,
-    )
+
+async def collect_shard(prepared: Prepared, shard: Shard, stages: Stages) -> RunRecord:
+    """A shard child: collect its batches into the parent's run (the parent analyses and reports)."""
+    log_name = f"vllm-shard-{shard.index + 1}.log"
+    collected, _, server_info = await _collect_here(prepared, stages, log_name)
+    status = collected.status(prepared.config.collection.max_failed_share)
+    if status.state != "complete":
+        raise RunFailed(f"{shard.label} of run {prepared.run_id}: {status.reason}")
+    info = _run_info(prepared, status.model_copy(update={"state": "collected"}), stages, None)
+    return RunRecord(run_info=info, collection=_collection(prepared, server_info))
+
+
+async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
+    """The parent run: collect (here, or by shard child flow runs), analyse, compare, report."""
+    logger, config, store, run_id = get_logger(), prepared.config, prepared.store, prepared.run_id
     server: VLLMServer | None = None
-    if deployment is not None and shards > 1 and len(missing) > 1:  # else collected here, as unsharded
-        with stages("shards"):
-            collected, server_info = await _collect_sharded(
-                ctx, work, batch_task, original, deployment, shards, fingerprint, benchmarks, config, storage
-            )
+    if prepared.deployment is not None and prepared.shards > 1 and len(prepared.missing) > 1:
+        with stages("shards"):  # else collected here, as unsharded
+            collected, server_info = await _collect_sharded(prepared)
     else:
-        log_name = f"vllm-shard-{shard.index + 1}.log" if shard else "vllm.log"
-        collected, server, server_info = await _collect_here(
-            ctx, work, batch_task, config, model, benchmarks, stages, log_name
-        )
+        collected, server, server_info = await _collect_here(prepared, stages, "vllm.log")
     status = collected.status(config.collection.max_failed_share)
-    if shard is not None:  # a child: its batches are in the store; the parent analyses and reports
-        if status["state"] != "complete":
-            raise RunFailed(f"{shard.label} of run {run_id}: {status['reason']}")
-        return {"run_id": run_id, "shard": shard.index, "batches": len(work), "collected": len(missing),
-                "timings_s": stages.seconds, "server": server_info}  # fmt: skip
-    files = [r.url for r in collected.results] + _kept_rollouts(store, run_dir, collected)
-    if status["state"] != "complete":
-        logger.warning("run %s is %s: %s", run_id, status["state"].upper(), status["reason"])
-    if status["state"] == "failed" and not files:
-        raise RunFailed(f"run {run_id} failed, no rollout finished: {status['reason']}")
+    files = [r.url for r in collected.results] + _kept_rollouts(store, prepared.run_dir, collected)
+    if status.state != "complete":
+        logger.warning("run %s is %s: %s", run_id, status.state.upper(), status.reason)
+    if status.state == "failed" and not files:
+        raise RunFailed(f"run {run_id} failed, no rollout finished: {status.reason}")
     with stages("analyze"):
         # keyed by each benchmark's label: one environment may run in several settings
-        specs = {b.name: b.env.metrics for b in benchmarks}
-        metrics = analyze_task(files, store, specs, {b.name for b in benchmarks if b.env.majority_vote})
+        specs = {b.name: b.env.metrics for b in prepared.benchmarks}
+        votes = {b.name for b in prepared.benchmarks if b.env.majority_vote}
+        metrics = analyze_task(files, store, specs, votes)
     with stages("report"):
-        run_info = {
-            "run_id": run_id,
-            "run_name": config.run_name,
-            "status": status,
-            "flow_run_id": str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
-            "model": model.served_name,
-            "model_source": model.source,
-            "model_fingerprint": model.fingerprint,
-            "started_at": started_at.isoformat(),
-            "finished_at": datetime.now(UTC).isoformat(),
-            "config": redact(config.model_dump(mode="json")),  # no credential reaches a report
-            "timings": stages.seconds,
-            "deployment": prefect_deployment.name,  # None outside a deployment run
-            "provenance": _provenance(config, benchmarks, server),
-        }
-        if "shards" in server_info:
-            run_info["shards"] = server_info["shards"]
-        long_prompts = {b.name: b.long_prompts for b in benchmarks if b.long_prompts and b.long_prompts["skipped"]}
-        if long_prompts:
-            run_info["long_prompts"] = long_prompts
+        info = _run_info(prepared, status, stages, server, server_info.get("shards"))
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
-        comparison = baseline_comparison(store, metrics, run_info, read_entries(store), config.baseline_run_id)
-        urls = report_task(run_dir, metrics, run_info, files, store, comparison=comparison)
-    summary = format_terminal_summary(metrics, urls)
-    logger.info("run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), summary)
-    if status["state"] == "failed":  # the report says so at its top; the flow run ends Failed
-        raise RunFailed(f"run {run_id} failed: {status['reason']} (report: {urls['html']})")
-    return {
-        "run_id": run_id,
-        "run_dir": run_dir,
-        "status": status["state"],
-        "reports": urls,
-        "timings_s": stages.seconds,
-        "metrics": metrics.model_dump(mode="json"),
-        "comparison": comparison,
-        "batches": {"total": len(work), "cached": len(work) - len(missing)},
-        "server": server_info,
-    }
+        comparison = baseline_comparison(store, metrics, info, read_entries(store), config.baseline_run_id)
+        urls = report_task(prepared.run_dir, metrics, info, files, store, comparison=comparison)
+    logger.info(
+        "run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), format_terminal_summary(metrics, urls)
+    )
+    if status.state == "failed":  # the report says so at its top; the flow run ends Failed
+        raise RunFailed(f"run {run_id} failed: {status.reason} (report: {urls['html']})")
+    record = run_record(metrics, info.model_copy(update={"timings": dict(stages.seconds)}), comparison)
+    return record.model_copy(update={"collection": _collection(prepared, server_info, urls)})
+
+
+def _run_info(
+    prepared: Prepared,
+    status: RunStatus,
+    stages: Stages,
+    server: VLLMServer | None,
+    shards: list[ShardRun] | None = None,
+) -> RunInfo:
+    flow_ctx = FlowRunContext.get()
+    config = prepared.config
+    long_prompts = {b.name: b.long_prompts for b in prepared.benchmarks if b.long_prompts and b.long_prompts["skipped"]}
+    return RunInfo(
+        run_id=prepared.run_id,
+        run_name=config.run_name,
+        status=status,
+        flow_run_id=str(flow_ctx.flow_run.id) if flow_ctx and flow_ctx.flow_run else None,
+        model=prepared.model.served_name,
+        model_source=prepared.model.source,
+        model_fingerprint=prepared.model.fingerprint,
+        started_at=prepared.started_at.isoformat(),
+        finished_at=datetime.now(UTC).isoformat(),
+        config=redact(config.model_dump(mode="json")),  # no credential reaches a report
+        timings=stages.seconds,
+        deployment=prefect_deployment.name,  # None outside a deployment run
+        provenance=_provenance(config, prepared.benchmarks, server),
+        shards=shards or [],
+        long_prompts=long_prompts,
+    )
+
+
+def _collection(prepared: Prepared, server: dict[str, Any], reports: dict[str, str] | None = None) -> Collection:
+    return Collection(
+        run_dir=prepared.run_dir,
+        reports=reports or {},
+        batches_total=len(prepared.work),
+        batches_cached=len(prepared.work) - len(prepared.missing),
+        server=server,
+    )
+
+
+def _context(prepared: Prepared, endpoint: Endpoint | None, server_ready: Any = None) -> CollectContext:
+    config = prepared.config
+    return CollectContext(
+        run_id=prepared.run_id,
+        run_dir=prepared.run_dir,
+        endpoint=endpoint,
+        model_fingerprint=prepared.model.fingerprint,
+        sampling=config.sampling,
+        collection=config.collection,
+        store=prepared.store,
+        server_ready=server_ready,
+        progress_interval_s=config.collection.progress_interval_s,
+    )
 
 
 async def _collect_here(
-    ctx: CollectContext,
-    work: list[Planned],
-    batch_task: Any,
-    config: EvalConfig,
-    model: PreparedModel,
-    benchmarks: list[Benchmark],
-    stages: Stages,
-    log_name: str = "vllm.log",
+    prepared: Prepared, stages: Stages, log_name: str
 ) -> tuple[Collected, VLLMServer | None, dict[str, Any]]:
     """Collect the run's batches in this flow run: with a managed server in one of this host's server
-    slots (stopped on any exit), or with the external endpoint."""
-    logger = get_logger()
-    missing = [p for p in work if p.cached is None]
+    slots (stopped on any exit), or with the external endpoint; with neither when every batch is cached."""
+    logger, config, store = get_logger(), prepared.config, prepared.store
     server: VLLMServer | None = None
     server_info: dict[str, Any] = {}
-    local_logs = Path(ctx.run_dir) / "logs" if store_paths.is_local(ctx.run_dir) else Path(tempfile.mkdtemp()) / "logs"
+    run_dir, work, batch_task = prepared.run_dir, prepared.work, prepared.batch_task
+    local_logs = Path(run_dir) / "logs" if store_paths.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
     async with contextlib.AsyncExitStack() as stack:
         try:
+            endpoint: Endpoint | None = None
             with stages("start_server"):
-                if not missing:
+                if not prepared.missing:
                     logger.info("every batch is cached: no server needed")
                 elif config.server.mode == "managed":
                     runtime = ensure_runtime(config.server.runtime)
@@ -262,67 +321,62 @@ async def _collect_here(
                     slot = await stack.enter_async_context(
                         server_slot(runtime.flavor, need if runtime.flavor == "gpu" else 1)
                     )
-                    log = local_logs / log_name
-                    server = VLLMServer(runtime, model, config.server, log, pin=slot.env)
-                    ctx.endpoint = await asyncio.to_thread(server.start)
+                    server = VLLMServer(runtime, prepared.model, config.server, local_logs / log_name, pin=slot.env)
+                    endpoint = await asyncio.to_thread(server.start)
                     server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path),
                                    "slot": {"kind": slot.kind, "devices": list(slot.devices),
                                             "waited_s": round(slot.waited_s, 1)}}  # fmt: skip
-                    check_endpoints(ctx.endpoint, config, benchmarks)
+                    check_endpoints(endpoint, config, prepared.benchmarks)
                 else:
-                    ctx.endpoint = external_endpoint(config)
-                    check_endpoints(ctx.endpoint, config, benchmarks)
+                    endpoint = external_endpoint(config)
+                    check_endpoints(endpoint, config, prepared.benchmarks)
             with stages("collect"):
                 if server is not None:
                     async with Watchdog(server, max_restarts=config.server.max_restarts) as watchdog:
-                        ctx.server_ready = watchdog.wait_ready
+                        ctx = _context(prepared, endpoint, watchdog.wait_ready)
+                        stack.push_async_callback(ctx.aclose)
                         collected = await collect_all(ctx, work, batch_task)
                     # a restart is a new process: the info names the one that served last
                     server_info.update(pid=server.pid, restarts=watchdog.restarts)
                 else:
+                    ctx = _context(prepared, endpoint)
+                    stack.push_async_callback(ctx.aclose)
                     collected = await collect_all(ctx, work, batch_task)
-                    if len(ctx.endpoint.urls) > 1:  # requests each replica took, and any left out at the end
+                    if endpoint is not None and len(endpoint.urls) > 1:  # requests each replica took
                         server_info["replicas"] = [{"url": r.url, "requests": r.requests, "up": r.up}
                                                    for r in ctx.pool().replicas]  # fmt: skip
         finally:
-            await ctx.aclose()
             if server is not None:
                 with stages("stop_server"):
                     server.stop()
-            if not ctx.store.is_local and (local_logs / log_name).exists():
-                ctx.store.write_bytes(
-                    store_paths.join(ctx.run_dir, "logs", log_name), (local_logs / log_name).read_bytes()
-                )
+            if not store.is_local and (local_logs / log_name).exists():
+                store.write_bytes(store_paths.join(run_dir, "logs", log_name), (local_logs / log_name).read_bytes())
     return collected, server, server_info
 
 
-async def _collect_sharded(
-    ctx: CollectContext,
-    work: list[Planned],
-    batch_task: Any,
-    original: EvalConfig,
-    deployment: str,
-    shards: int,
-    fingerprint: str,
-    benchmarks: list[Benchmark],
-    config: EvalConfig,
-    storage: Any,
-) -> tuple[Collected, dict[str, Any]]:
-    """Collect the missing batches with child flow runs of `deployment`, then read every batch of the run
+async def _collect_sharded(prepared: Prepared) -> tuple[Collected, dict[str, Any]]:
+    """Collect the missing batches with child flow runs of the deployment, then read every batch of the run
     from the store; a batch no shard finished counts as failed (its kept rollouts are analysed)."""
-    keys = split([p.batch.cache_key for p in work if p.cached is None], shards)
-    parts = [Shard(run_id=ctx.run_id, index=i, count=len(keys), batches=k, samples_fingerprint=fingerprint)
-             for i, k in enumerate(keys)]  # fmt: skip
-    write_marker(ctx.store, ctx.run_dir, parts)
-    sizes = {p.batch.cache_key: p.batch.size for p in work if p.cached is None}
+    config, store, storage = prepared.config, prepared.store, prepared.storage
+    assert prepared.deployment is not None
+    keys = split([p.batch.cache_key for p in prepared.missing], prepared.shards)
+    parts = [Shard(run_id=prepared.run_id, index=i, count=len(keys), batches=k,
+                   samples_fingerprint=prepared.fingerprint) for i, k in enumerate(keys)]  # fmt: skip
+    write_marker(store, prepared.run_dir, parts)
+    sizes = {p.batch.cache_key: p.batch.size for p in prepared.missing}
     progress = Progress(sum(sizes.values()), config.collection.progress_interval_s, f"collect ({len(parts)} shards)")
     runs = await run_shards(
-        deployment, child_parameters(original), parts, config.collection.shard_retries, progress, storage, sizes
-    )
-    replanned = plan(benchmarks, config, fingerprint, storage, ctx.store)
-    done = await collect_all(ctx, [p for p in replanned if p.cached is not None], batch_task)
+        prepared.deployment, child_parameters(prepared.original), parts, config.collection.shard_retries, progress,
+        storage, sizes,
+    )  # fmt: skip
+    replanned = plan(prepared.benchmarks, config, prepared.fingerprint, storage, store)
+    ctx = _context(prepared, None)  # every batch read here is cached: no request is made
+    try:
+        done = await collect_all(ctx, [p for p in replanned if p.cached is not None], prepared.batch_task)
+    finally:
+        await ctx.aclose()
     why = {key: f"{run.shard.label} ended {run.state}: {run.message}" for run in runs for key in run.shard.batches}
-    lost = [lost_batch(ctx.store, p.batch, why.get(p.batch.cache_key, "not collected")) for p in replanned
+    lost = [lost_batch(store, p.batch, why.get(p.batch.cache_key, "not collected")) for p in replanned
             if p.cached is None]  # fmt: skip
     collected = Collected(done.results, lost, planned_rollouts=sum(p.batch.size for p in replanned))
     return collected, {"shards": [run.as_record() for run in runs]}

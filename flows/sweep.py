@@ -32,6 +32,7 @@ from core.overrides import has_path, set_path
 from core.resolve import resolve
 from core.store import Store
 from envs.registry import get_env
+from errors import ConfigError
 from flows.eval import eval_flow
 from flows.plan import plan_run
 from tasks.checkpoints.prepare import prepare_model
@@ -41,7 +42,7 @@ from tasks.reporting.sweep import write_sweep_report
 DEFAULT_DEPLOYMENT = "eval/smoke"
 
 
-class SweepError(ValueError):
+class SweepError(ConfigError):
     """A sweep that cannot run as written: found before any child run starts."""
 
 
@@ -114,7 +115,7 @@ async def _run_child(deployment: str | None, index: int, sweep_id: str, data: di
     name = f"{sweep_id}-p{index}"
     if deployment is None:
         result = await eval_flow.with_options(flow_run_name=name)(EvalConfig.model_validate(data))
-        return {"state": "Completed", "run_id": result["run_id"], "flow_run_id": None}
+        return {"state": "Completed", "run_id": result.run_info.run_id, "flow_run_id": None}
     run = await run_deployment(deployment, parameters={"config": data}, flow_run_name=name, timeout=None)
     state = run.state
     return {
@@ -127,12 +128,12 @@ async def _run_child(deployment: str | None, index: int, sweep_id: str, data: di
 def _attach_runs(points: list[dict[str, Any]], store: Store) -> None:
     """Each point's run in the store index (found by flow run id, or run id), with its headline."""
     entries = read_entries(store)
-    by_flow_run = {e.get("flow_run_id"): e for e in entries if e.get("flow_run_id")}
-    by_run = {e.get("run_id"): e for e in entries}
+    by_flow_run = {e.flow_run_id: e for e in entries if e.flow_run_id}
+    by_run = {e.run_id: e for e in entries}
     for point in points:
         entry = by_flow_run.get(point.get("flow_run_id")) or by_run.get(point.get("run_id"))
         if entry:
-            point.update(run_id=entry["run_id"], headline=entry.get("headline", {}), report=entry.get("report"))
+            point.update(run_id=entry.run_id, headline=entry.headline, report=entry.report)
 
 
 @flow(name="sweep", log_prints=True)

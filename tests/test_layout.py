@@ -14,7 +14,7 @@ from envs.registry import ENVS, metric_specs
 from tests.conftest import REPO_ROOT
 
 MAX_LINES = 450
-PACKAGES = ("core", "envs", "tasks", "flows", "blocks", "cli", "ops", "bench", "scripts", "tests")
+PACKAGES = ("core", "envs", "sandbox", "errors", "tasks", "flows", "blocks", "cli", "ops", "bench", "scripts", "tests")
 GENERIC = ("tasks/analysis", "tasks/reporting")
 
 

@@ -36,16 +36,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
+from core.record import Comparison, ComparisonRow, IndexEntry, Missing, RunInfo, RunRecord, RunSummary
 from core.schema import BenchmarkMetrics, RunMetrics
 from core.store import Store, StoreError
 from tasks.analysis.stats import CI_LEVEL, Z_95, wilson_interval
 
 logger = logging.getLogger(__name__)
-
-Entry = Mapping[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +127,7 @@ def _rates(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> list[tuple[str, str
     return out
 
 
-def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, Any] | None:
+def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> ComparisonRow | None:
     """The accuracy row, clustered by prompt where both documents allow it (see the module docstring)."""
     p1, p0 = cur.accuracy, base.accuracy
     if p1 is None or p0 is None:
@@ -150,27 +149,27 @@ def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, Any
 
 def _row(
     label: str, kind: str, cur: float, base: float, delta_ci: tuple[float, Any, Any], ns: tuple[int, int], method: str
-) -> dict[str, Any]:
+) -> ComparisonRow:
     delta, low, high = delta_ci
-    return {
-        "label": label,
-        "kind": kind,
-        "method": method,
-        "current": cur,
-        "baseline": base,
-        "delta": delta,
-        "low": low,
-        "high": high,
-        "n_current": ns[0],
-        "n_baseline": ns[1],
-        "regression": bool(delta < 0 and high is not None and high < 0),
-        "improvement": bool(delta > 0 and low is not None and low > 0),
-    }
+    return ComparisonRow(
+        label=label,
+        kind=kind,  # type: ignore[arg-type]
+        method=method,
+        current=cur,
+        baseline=base,
+        delta=delta,
+        low=low,
+        high=high,
+        n_current=ns[0],
+        n_baseline=ns[1],
+        regression=bool(delta < 0 and high is not None and high < 0),
+        improvement=bool(delta > 0 and low is not None and low > 0),
+    )
 
 
-def compare_benchmark(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, dict[str, Any]]:
+def compare_benchmark(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, ComparisonRow]:
     """Every headline metric both runs have, keyed by metric name (accuracy, pass@1, pass@n, ...)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ComparisonRow] = {}
     accuracy = accuracy_row(cur, base)
     if accuracy is not None:
         out["accuracy"] = accuracy
@@ -186,100 +185,96 @@ def compare_benchmark(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str
     return out
 
 
-def _run_summary(info: Entry | None) -> dict[str, Any] | None:
-    if not info:
+def _run_summary(info: RunInfo | None, report: str | None = None) -> RunSummary | None:
+    if info is None:
         return None
-    keys = ("run_id", "run_name", "deployment", "model", "model_fingerprint", "finished_at", "report")
-    return {k: info.get(k) for k in keys if k in info}
+    return RunSummary(
+        run_id=info.run_id,
+        run_name=info.run_name,
+        deployment=info.deployment,
+        model=info.model,
+        model_fingerprint=info.model_fingerprint,
+        finished_at=info.finished_at,
+        report=report,
+    )
 
 
 def compare(
     current: RunMetrics,
     baseline: RunMetrics,
-    current_info: Entry | None = None,
-    baseline_info: Entry | None = None,
-) -> dict[str, Any]:
-    """Compare two runs' metrics; `*_info` are their run_info (the baseline's with its report path).
-
-    Returns ``{"level", "current", "baseline", "benchmarks": {name: {metric: row}}, "regressions",
-    "improvements", "missing": {"current_only", "baseline_only"}}`` where each row holds label, kind
-    (rate|mean), method (how the CI was made, see the module docstring), current, baseline, delta, low,
-    high (the delta's 95% CI), n_current, n_baseline (prompts for accuracy, pass@k, maj@k and mean reward;
-    rollouts for env rates and a Newcombe accuracy), regression and improvement.
-    """
+    current_info: RunInfo | None = None,
+    baseline_info: RunInfo | None = None,
+    baseline_report: str | None = None,
+) -> Comparison:
+    """Compare two runs' metrics: per benchmark both have, a row per headline metric (label, kind, method: how
+    the CI was made, see the module docstring; current, baseline, delta and its 95% CI low/high; n_current,
+    n_baseline: prompts for accuracy, pass@k, maj@k and mean reward, rollouts for env rates and a Newcombe
+    accuracy; regression, improvement), the flagged rows listed, and the benchmarks only one run has.
+    `baseline_report` is the baseline's report path, relative to the store root."""
     cur_b, base_b = current.benchmarks, baseline.benchmarks
     benchmarks = {name: compare_benchmark(cur_b[name], base_b[name]) for name in cur_b if name in base_b}
     flagged = [(name, row) for name, rows in benchmarks.items() for row in rows.values()]
-    return {
-        "level": CI_LEVEL,
-        "current": _run_summary(current_info),
-        "baseline": _run_summary(baseline_info),
-        "benchmarks": benchmarks,
-        "regressions": [f"{name}: {row['label']}" for name, row in flagged if row["regression"]],
-        "improvements": [f"{name}: {row['label']}" for name, row in flagged if row["improvement"]],
-        "missing": {
-            "current_only": sorted(set(cur_b) - set(base_b)),
-            "baseline_only": sorted(set(base_b) - set(cur_b)),
-        },
-    }
+    return Comparison(
+        level=CI_LEVEL,
+        current=_run_summary(current_info),
+        baseline=_run_summary(baseline_info, baseline_report),
+        benchmarks=benchmarks,
+        regressions=[f"{name}: {row.label}" for name, row in flagged if row.regression],
+        improvements=[f"{name}: {row.label}" for name, row in flagged if row.improvement],
+        missing=Missing(current_only=sorted(set(cur_b) - set(base_b)), baseline_only=sorted(set(base_b) - set(cur_b))),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Finding the baseline among the run index's entries
 
 
-def is_complete(entry: Entry) -> bool:
-    """Whether an index entry's run collected every rollout it planned (entries from before runs had
-    a status were written only for runs that did)."""
-    return entry.get("status", "complete") == "complete"
-
-
 def find_baseline(
-    entries: Iterable[Entry],
+    entries: Iterable[IndexEntry],
     deployment: str | None,
     benchmarks: Iterable[str],
     exclude_run_id: str | None,
     *,
     run_name: str | None = None,
     run_id: str | None = None,
-) -> Entry | None:
+) -> IndexEntry | None:
     """The index entry to compare with, from `entries` newest first (as the run index lists them):
     `run_id` when given; else the latest run of the same deployment (or, for a run outside any
     deployment, the latest one outside a deployment with the same run_name) whose benchmarks include
     all of `benchmarks`. None when nothing matches (runs with neither a deployment nor a run name
     have no automatic baseline). A run that did not complete (failed, or with rollouts missing) is never
     a baseline, not even when named."""
-    others = [e for e in entries if e.get("run_id") != exclude_run_id and is_complete(e)]
+    others = [e for e in entries if e.run_id != exclude_run_id and e.status == "complete"]
     if run_id is not None:
-        return next((e for e in others if e.get("run_id") == run_id), None)
+        return next((e for e in others if e.run_id == run_id), None)
     if deployment:
-        candidates = [e for e in others if e.get("deployment") == deployment]
+        candidates = [e for e in others if e.deployment == deployment]
     elif run_name:
-        candidates = [e for e in others if not e.get("deployment") and e.get("run_name") == run_name]
+        candidates = [e for e in others if not e.deployment and e.run_name == run_name]
     else:
         return None
     needed = set(benchmarks)
-    return next((e for e in candidates if needed <= set(e.get("benchmarks") or [])), None)
+    return next((e for e in candidates if needed <= set(e.benchmarks)), None)
 
 
-def load_run_metrics(store: Store, entry: Entry) -> tuple[RunMetrics, dict[str, Any]]:
-    """A run's metrics and run_info (with its report path), from the metrics.json its index entry names."""
-    relative = entry.get("metrics") or f"runs/{entry['run_id']}/metrics.json"
+def load_run_record(store: Store, entry: IndexEntry) -> RunRecord:
+    """A run's record (older schema versions migrated), from the metrics.json its index entry names."""
+    relative = entry.metrics or f"runs/{entry.run_id}/metrics.json"
     url = relative if "://" in relative else store.path(*relative.split("/"))
     try:
         data = json.loads(store.read_text(url))
     except FileNotFoundError as exc:
         raise StoreError(f"the baseline's metrics are missing: {url}") from exc
-    return RunMetrics.model_validate(data), {**(data.get("run_info") or {}), "report": entry.get("report")}
+    return RunRecord.model_validate(data)
 
 
 def baseline_comparison(
     store: Store,
     metrics: RunMetrics,
-    run_info: Entry,
-    entries: Iterable[Entry],
+    run_info: RunInfo,
+    entries: Iterable[IndexEntry],
     baseline_run_id: str | None = None,
-) -> dict[str, Any] | None:
+) -> Comparison | None:
     """Find the baseline among the run index's `entries` (see find_baseline), load its metrics and
     compare; None when there is none.
 
@@ -288,21 +283,21 @@ def baseline_comparison(
     entries = list(entries)
     entry = find_baseline(
         entries,
-        run_info.get("deployment"),
+        run_info.deployment,
         list(metrics.benchmarks),
-        run_info.get("run_id"),
-        run_name=run_info.get("run_name"),
+        run_info.run_id,
+        run_name=run_info.run_name,
         run_id=baseline_run_id,
     )
     if entry is None:
         if baseline_run_id:
-            named = next((e for e in entries if e.get("run_id") == baseline_run_id), None)
+            named = next((e for e in entries if e.run_id == baseline_run_id), None)
             why = "did not complete, so it is not a baseline" if named else f"is not in the index of {store.url}"
             logger.warning("baseline run %s %s", baseline_run_id, why)
         return None
     try:
-        baseline, baseline_info = load_run_metrics(store, entry)
+        baseline = load_run_record(store, entry)
     except (StoreError, OSError, ValueError, KeyError) as exc:
         logger.warning("no baseline comparison: %s", exc)
         return None
-    return compare(metrics, baseline, run_info, baseline_info)
+    return compare(metrics, baseline, run_info, baseline.run_info, entry.report)

@@ -36,7 +36,7 @@ class CollectContext:
 
     run_id: str
     run_dir: str
-    endpoint: Endpoint
+    endpoint: Endpoint | None  # None when every batch is cached: such a collection sends no request
     model_fingerprint: str
     sampling: SamplingConfig
     collection: CollectionConfig
@@ -54,11 +54,18 @@ class CollectContext:
     progress_interval_s: float = PROGRESS_INTERVAL_S
     _pool: ReplicaPool | None = None
 
+    @property
+    def server(self) -> Endpoint:
+        """The endpoint requests go to."""
+        if self.endpoint is None:
+            raise RuntimeError(f"run {self.run_id}: a collection of cached batches has no endpoint to send requests to")
+        return self.endpoint
+
     def pool(self) -> ReplicaPool:
         """The endpoint's replicas (one for a single server), each with its OpenAI client. The clients do
         not retry: request_with_retries does, also waiting for a server restart or another replica."""
         if self._pool is None:
-            self._pool = ReplicaPool(self.endpoint.urls, self.endpoint.api_key, self.collection.request_timeout_s)
+            self._pool = ReplicaPool(self.server.urls, self.server.api_key, self.collection.request_timeout_s)
         return self._pool
 
     async def aclose(self) -> None:
@@ -84,7 +91,7 @@ async def request_with_retries(ctx: CollectContext, *, plain: bool = False, **kw
     several replicas, a request whose replica stopped answering goes to another at once (the replica
     is left out until it answers again); only when none is left does it wait and count a retry."""
     attempt = redirects = 0
-    secrets = (ctx.endpoint.api_key,)
+    secrets = (ctx.server.api_key,)
     pool = ctx.pool()
     last = None  # the replica that just failed this request: the next try goes elsewhere
     while True:
@@ -135,7 +142,7 @@ async def _chat(ctx: CollectContext, sampling: SamplingConfig, **kwargs: Any) ->
     (response, latency in seconds)."""
     async with ctx.requests().slot(request_priority.get()) as ticket:
         started = time.perf_counter()
-        response = await request_with_retries(ctx, model=ctx.endpoint.model, **kwargs, **sampling.as_request())
+        response = await request_with_retries(ctx, model=ctx.server.model, **kwargs, **sampling.as_request())
         latency = time.perf_counter() - started
         ticket.tokens = response.usage.completion_tokens if response.usage else 0
     return response, latency
@@ -143,7 +150,7 @@ async def _chat(ctx: CollectContext, sampling: SamplingConfig, **kwargs: Any) ->
 
 def _outcome_error(ctx: CollectContext, exc: openai.APIStatusError) -> str:
     """A request the model could not answer (a conversation grown past the context), as the record's error."""
-    return describe(exc, ctx.endpoint.base_url, (ctx.endpoint.api_key,))
+    return describe(exc, ctx.server.base_url, (ctx.server.api_key,))
 
 
 def _prompt_too_long(ctx: CollectContext, exc: openai.APIStatusError, prompt_id: str) -> RolloutFailed:
@@ -173,7 +180,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         "prompt_id": prompt_id,
         "repeat": repeat,
         "seed": seed,
-        "model": ctx.endpoint.model,
+        "model": ctx.server.model,
         "model_fingerprint": ctx.model_fingerprint,
         "sampling": sampling.model_dump(mode="json"),
         "reference": env.reference(row),

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.record import RunStatus
 from tasks.collection.concurrency import Limiter, request_priority
 from tasks.collection.failures import BatchFailed
 from tasks.collection.plan import BatchResult, Planned, batch_url
@@ -28,7 +29,7 @@ class Collected:
     def failed_rollouts(self) -> int:
         return sum(f.summary.failed for f in self.failed)
 
-    def status(self, max_failed_share: float) -> dict[str, Any]:
+    def status(self, max_failed_share: float) -> RunStatus:
         """The run's state from its failures: "failed" on any configuration failure or when more than
         `max_failed_share` of the planned rollouts failed transiently, "incomplete" when fewer did,
         else "complete". Only a complete run is ever a baseline."""
@@ -55,8 +56,10 @@ class Collected:
             )
         else:
             state, why = "complete", ""
-        return {"state": state, "reason": why, "failed_rollouts": failed, "planned_rollouts": self.planned_rollouts,
-                "failed_batches": [f.summary.as_record() for f in self.failed]}  # fmt: skip
+        return RunStatus.model_validate(
+            {"state": state, "reason": why, "failed_rollouts": failed, "planned_rollouts": self.planned_rollouts,
+             "failed_batches": [f.summary.as_record() for f in self.failed]}
+        )  # fmt: skip
 
 
 async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> Collected:

@@ -10,12 +10,11 @@ atomically, and rewritten only when its size is wrong. A self-contained page (on
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from typing import Any
 
 from markupsafe import Markup, escape
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
+from core.record import RunInfo
 from core.store import Store
 from tasks.reporting.format import relative_link, relative_to_store
 
@@ -57,7 +56,6 @@ def plotly_script(store: Store, page_url: str, self_contained: bool = False) -> 
     return Markup(f'<script type="text/javascript" src="{escape(src)}"></script>')
 
 
-def self_contained_by_config(run_info: Mapping[str, Any]) -> bool:
+def self_contained_by_config(run_info: RunInfo) -> bool:
     """Whether the run's config asks for single-file reports (`store.self_contained_reports`)."""
-    config = run_info.get("config") or {}
-    return bool((config.get("store") or {}).get("self_contained_reports", False))
+    return bool((run_info.config.get("store") or {}).get("self_contained_reports", False))

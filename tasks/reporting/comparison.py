@@ -1,16 +1,14 @@
-"""The comparison with a baseline run as a typed document and as the report's first section.
+"""The comparison with a baseline run as the report's first section.
 
-The document is tasks/analysis/compare.py's; the section is its title, verdict line and per-metric delta table.
+The document is core.record.Comparison (tasks/analysis/compare.py computes it); the section is its title,
+verdict line and per-metric delta table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from core.record import Comparison, ComparisonRow, RunSummary
 from tasks.reporting.format import NONE, fmt_delta, fmt_num, fmt_rate
 from tasks.reporting.parts import Table
 
@@ -18,41 +16,6 @@ DELTA_NOTE = (
     "Δ CI: Newcombe score interval for rates; bootstrap CIs combined in quadrature for mean reward. "
     "A regression is a drop whose 95% CI excludes 0."
 )
-
-
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class DeltaRow(_Doc):
-    label: str
-    kind: Literal["rate", "mean"]
-    current: float
-    baseline: float
-    delta: float
-    low: float | None = None
-    high: float | None = None
-    regression: bool = False
-    improvement: bool = False
-
-
-class RunSummary(_Doc):
-    run_id: str | None = None
-    model: str | None = None
-    report: str | None = None
-
-
-class Missing(_Doc):
-    current_only: list[str] = Field(default_factory=list)
-    baseline_only: list[str] = Field(default_factory=list)
-
-
-class Comparison(_Doc):
-    baseline: RunSummary | None = None
-    benchmarks: dict[str, dict[str, DeltaRow]] = Field(default_factory=dict)
-    regressions: list[str] = Field(default_factory=list)
-    improvements: list[str] = Field(default_factory=list)
-    missing: Missing = Field(default_factory=Missing)
 
 
 @dataclass(frozen=True)
@@ -64,11 +27,7 @@ class ComparisonView:
     table: Table
 
 
-def as_comparison(comparison: Comparison | Mapping[str, Any]) -> Comparison:
-    return comparison if isinstance(comparison, Comparison) else Comparison.model_validate(dict(comparison))
-
-
-def _delta_cells(name: str, row: DeltaRow) -> list[str]:
+def _delta_cells(name: str, row: ComparisonRow) -> list[str]:
     rate = row.kind == "rate"
     fmt = fmt_rate if rate else fmt_num
     verdict = "regression ▼" if row.regression else "improvement ▲" if row.improvement else NONE
@@ -102,8 +61,7 @@ def comparison_summary(comparison: Comparison) -> str:
     return "No regressions" + (f"; improvements: {', '.join(improvements)}" if improvements else "")
 
 
-def comparison_view(comparison: Comparison | Mapping[str, Any]) -> ComparisonView:
-    doc = as_comparison(comparison)
+def comparison_view(doc: Comparison) -> ComparisonView:
     report = doc.baseline.report if doc.baseline else None
     return ComparisonView(
         title=comparison_title(doc),

@@ -31,6 +31,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from core.record import IndexEntry, RunInfo
 from core.store import Store, StoreError, join
 from tasks.reporting.format import relative_to_store
 from tasks.reporting.headline import Metrics, as_run_metrics, headline_rows
@@ -49,39 +50,39 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 # Entries
 
 
-def index_entry(
-    run_info: dict[str, Any], metrics: Metrics, report_urls: dict[str, str], store_url: str
-) -> dict[str, Any]:
+def index_entry(run_info: RunInfo, metrics: Metrics, report_urls: dict[str, str], store_url: str) -> IndexEntry:
     """The index's record of one run: identity, timing, headline metrics and report paths."""
     run = as_run_metrics(metrics)
     headline = {}
     for row in headline_rows(run):
         name = row.pop("benchmark")
         headline[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in row.items()}
-    return {
-        "run_id": run_info.get("run_id"),
-        "run_name": run_info.get("run_name"),
-        "status": (run_info.get("status") or {}).get("state", "complete"),
-        "deployment": run_info.get("deployment"),
-        "flow_run_id": run_info.get("flow_run_id"),
-        "model": run_info.get("model"),
-        "model_fingerprint": run_info.get("model_fingerprint"),
-        "benchmarks": sorted(run.benchmarks),
-        "started_at": run_info.get("started_at"),
-        "finished_at": run_info.get("finished_at"),
-        "total_rollouts": run.total_rollouts,
-        "headline": headline,
-        "report": relative_to_store(report_urls["html"], store_url),
-        "metrics": relative_to_store(report_urls["metrics"], store_url),
-        "markdown": relative_to_store(report_urls["markdown"], store_url),
-    }
+    return IndexEntry(
+        run_id=run_info.run_id,
+        run_name=run_info.run_name,
+        status=run_info.status.state,
+        deployment=run_info.deployment,
+        flow_run_id=run_info.flow_run_id,
+        model=run_info.model,
+        model_fingerprint=run_info.model_fingerprint,
+        training_run=run_info.training_run,
+        step=run_info.step,
+        benchmarks=sorted(run.benchmarks),
+        started_at=run_info.started_at,
+        finished_at=run_info.finished_at,
+        total_rollouts=run.total_rollouts,
+        headline=headline,
+        report=relative_to_store(report_urls["html"], store_url),
+        metrics=relative_to_store(report_urls["metrics"], store_url),
+        markdown=relative_to_store(report_urls["markdown"], store_url),
+    )
 
 
-def run_time(entry: dict[str, Any]) -> datetime:
+def run_time(entry: IndexEntry) -> datetime:
     """When a run finished (or started), as an aware datetime; naive timestamps are taken as UTC."""
-    for key in ("finished_at", "started_at"):
+    for stamp in (entry.finished_at, entry.started_at):
         try:
-            value = datetime.fromisoformat(str(entry.get(key)).replace("Z", "+00:00"))
+            value = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
         except ValueError:
             continue
         return value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -109,7 +110,11 @@ def _list_entries(store: Store) -> list[str]:
     return sorted(p for p in names if p.endswith(".json") and not os.path.basename(p).startswith("."))
 
 
-def read_entries(store: Store) -> list[dict[str, Any]]:
+def _entry(blob: bytes | str) -> IndexEntry:
+    return IndexEntry.model_validate(json.loads(blob))
+
+
+def read_entries(store: Store) -> list[IndexEntry]:
     """Every run's entry file, newest first (the source of truth that index.json is built from)."""
     fs, _ = store.filesystem(_entries_url(store))
     paths = _list_entries(store)
@@ -117,23 +122,14 @@ def read_entries(store: Store) -> list[dict[str, Any]]:
     entries = []
     for path in paths:
         try:
-            entries.append(json.loads(blobs[path]))
+            entries.append(_entry(blobs[path]))
         except (KeyError, ValueError) as exc:
             logger.warning("skipping unreadable index entry %s: %s", path, exc)
     return sort_entries(entries)
 
 
-def sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(entries, key=lambda e: (run_time(e), str(e.get("run_id"))), reverse=True)
-
-
-def read_index(store: Store) -> list[dict[str, Any]]:
-    """index.json's entries, newest first; built from the entry files when there is no index.json yet."""
-    try:
-        data = json.loads(store.read_text(store.path(INDEX_JSON)))
-    except FileNotFoundError:
-        return read_entries(store)
-    return sort_entries(data if isinstance(data, list) else data.get("runs", []))
+def sort_entries(entries: list[IndexEntry]) -> list[IndexEntry]:
+    return sorted(entries, key=lambda e: (run_time(e), e.run_id), reverse=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,39 +148,39 @@ def _index_lock(store: Store) -> Iterator[None]:
         yield
 
 
-def _write_index(store: Store, entries: list[dict[str, Any]]) -> None:
+def _write_index(store: Store, entries: list[IndexEntry]) -> None:
     """index.json (a plain list of entries, newest first), then index.html; both are rendered before
     either is written, so a rendering failure leaves the previous index whole."""
     page = render_index_html(entries, store)
-    text = json.dumps(entries, indent=2, default=str) + "\n"
+    text = json.dumps([e.model_dump(mode="json") for e in entries], indent=2) + "\n"
     store.write_text(store.path(INDEX_JSON), text)
     store.write_text(store.path(INDEX_HTML), page)
 
 
-def rebuild_index(store: Store) -> list[dict[str, Any]]:
+def rebuild_index(store: Store) -> list[IndexEntry]:
     """Rewrite index.json/index.html from all entry files until a re-listing shows no new entry."""
-    entries: list[dict[str, Any]] = []
+    entries: list[IndexEntry] = []
     for _ in range(MAX_REBUILDS):
         entries = read_entries(store)
         _write_index(store, entries)
         after = {os.path.basename(p)[: -len(".json")] for p in _list_entries(store)}
-        if after == {e.get("run_id") for e in entries}:
+        if after == {e.run_id for e in entries}:
             break
         logger.info("run index changed during the rebuild (%d -> %d entries); rebuilding", len(entries), len(after))
     return entries
 
 
-def update_index(store: Store, entry: dict[str, Any]) -> dict[str, str]:
+def update_index(store: Store, entry: IndexEntry) -> dict[str, str]:
     """Add (or replace) one run's entry in the index at the store's root and rebuild index.json and
     index.html; returns their URLs.
 
     Safe when several runs finish at once (see the module docstring). Raises StoreError, naming the
     URL, when the store cannot be read or written.
     """
-    run_id = _check_run_id(entry.get("run_id"))
+    run_id = _check_run_id(entry.run_id)
     entry_url = join(_entries_url(store), f"{run_id}.json")
     try:
-        store.write_text(entry_url, json.dumps(entry, indent=2, default=str) + "\n")
+        store.write_text(entry_url, entry.model_dump_json(indent=2) + "\n")
     except Exception as exc:
         raise StoreError(
             f"cannot add run {run_id} to the run index: writing {entry_url} failed ({type(exc).__name__}: {exc}); "

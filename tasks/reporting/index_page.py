@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from core.record import IndexEntry
 from core.store import Store
 from tasks.reporting.assets import plotly_script
 from tasks.reporting.charts import chart, error_bars
@@ -27,20 +28,10 @@ MAX_TREND_CHARTS = 40
 INDEX_HTML = "index.html"
 
 
-class StoredEntry(BaseModel):
-    """The part of an index entry (index.index_entry) the page shows; entries of older runs may lack any."""
+class StoredEntry(IndexEntry):
+    """An index entry (core.record.IndexEntry) as the page shows it: headline rows typed, its group and link."""
 
-    model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
-
-    run_id: str | None = None
-    run_name: str | None = None
-    deployment: str | None = None
-    model: str | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    report: str | None = None
-    status: str = "complete"  # runs indexed before statuses existed all completed
-    headline: dict[str, StoredHeadline] = Field(default_factory=dict)
+    headline: dict[str, StoredHeadline] = Field(default_factory=dict)  # type: ignore[assignment]
 
     @property
     def group(self) -> str:
@@ -189,9 +180,9 @@ def trend_charts(entries: list[StoredEntry], limit: int = MAX_TREND_CHARTS) -> l
     ]
 
 
-def index_view(entries: list[dict[str, Any]]) -> IndexView:
+def index_view(entries: list[IndexEntry]) -> IndexView:
     """The page of `entries` (newest first, as read_entries returns them)."""
-    stored = [StoredEntry.model_validate(e) for e in entries]
+    stored = [StoredEntry.model_validate(e.model_dump()) for e in entries]
     return IndexView(
         title="evalflow runs",
         runs=len(stored),
@@ -200,7 +191,7 @@ def index_view(entries: list[dict[str, Any]]) -> IndexView:
     )
 
 
-def render_index_html(entries: list[dict[str, Any]], store: Store) -> str:
+def render_index_html(entries: list[IndexEntry], store: Store) -> str:
     """index.html of `store` (at its root), linking the store's plotly.js when there are trend charts."""
     view = index_view(entries)
     plotly = plotly_script(store, store.path(INDEX_HTML)) if view.trends else None

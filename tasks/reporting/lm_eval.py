@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from core import schema
+from core.record import BenchmarkProvenance, RunInfo
 from core.schema import RunMetrics
 from envs.registry import ENVS
 from tasks.reporting.parts import Table
@@ -24,11 +24,10 @@ HEADER = ["benchmark", "setting", "lm-eval metric", "value", "stderr", "n"]
 TITLE = "lm-eval metrics"
 
 
-def benchmark_envs(run_info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def benchmark_envs(run_info: RunInfo) -> dict[str, BenchmarkProvenance]:
     """Per benchmark key, its provenance record (environment name, options, max_tokens); runs without one
     (older runs) are keyed by their environment's name."""
-    records = ((run_info.get("provenance") or {}).get("benchmarks")) or []
-    return {r["benchmark"]: r for r in records if isinstance(r, dict) and "benchmark" in r}
+    return {r.benchmark: r for r in run_info.provenance.benchmarks} if run_info.provenance else {}
 
 
 def _defaults(env: type | None) -> dict[str, Any]:
@@ -39,15 +38,15 @@ def _defaults(env: type | None) -> dict[str, Any]:
     return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 
-def _setting(record: Mapping[str, Any], env: type | None = None) -> str:
+def _setting(record: BenchmarkProvenance | None, env: type | None = None) -> str:
     """The options that tell one setting from another (shots, prompt mode, the generation limit); other
     options left at the environment's defaults are not shown."""
-    given, defaults = record.get("options") or {}, _defaults(env)
+    given, defaults = (record.options if record else {}), _defaults(env)
     options = {k: v for k, v in given.items() if k not in defaults or defaults[k] != v}
     parts = [f"{given['fewshot']}-shot"] if "fewshot" in given else []
     parts += [f"{k}={v}" for k, v in sorted(options.items()) if k not in ("fewshot", "system_prompt") and v is not None]
-    if record.get("max_tokens"):
-        parts.append(f"max_tokens={record['max_tokens']}")
+    if record is not None and record.max_tokens:
+        parts.append(f"max_tokens={record.max_tokens}")
     return ", ".join(parts) or "defaults"
 
 
@@ -74,13 +73,13 @@ def _fmt(value: float | str | None) -> str:
     return value if isinstance(value, str) else f"{value:.4f}"
 
 
-def lm_eval_table(metrics: RunMetrics, run_info: Mapping[str, Any]) -> Table | None:
+def lm_eval_table(metrics: RunMetrics, run_info: RunInfo) -> Table | None:
     """The table, or None when no benchmark of the run declares lm-eval metrics (Tetris, say)."""
     records = benchmark_envs(run_info)
     rows = []
     for key, bm in metrics.benchmarks.items():
-        record = records.get(key, {"env": key})
-        env = ENVS.get(record.get("env") or key)
+        record = records.get(key)
+        env = ENVS.get(record.env if record else key)
         for name, source in env.lm_eval_metrics if env else ():
             value, stderr, n = _score(bm, source)
             rows.append([key, _setting(record, env), name, _fmt(value), _fmt(stderr), f"{n:,}"])

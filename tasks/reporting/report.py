@@ -3,11 +3,10 @@
 The files are metrics.json, report.md, report.html and the rollout browser rollouts.html (browser.py) in
 the run's folder; report.html links the store's plotly.js (assets.py), or holds it when the run's config
 asks for single-file reports.
-Everything shown comes from the metrics (`core.schema.RunMetrics`), an optional baseline comparison
-(tasks/analysis/compare.py) and the rollout files, so a report can be rebuilt from a run's store at
-any time. metrics.json holds the metrics plus ``run_info`` (config redacted) and, when there was a
-baseline, ``comparison``. Files go through the run's `Store`, so they are written atomically to a
-local folder or an object store alike.
+Everything shown comes from the run's record (`core.record.RunRecord`: the metrics, ``run_info`` with the
+config redacted, and the baseline comparison when there was a baseline) and the rollout files, so a report
+can be rebuilt from a run's store at any time. metrics.json is that record. Files go through the run's
+`Store`, so they are written atomically to a local folder or an object store alike.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +21,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from core import secrets
+from core.record import Comparison, RunInfo, RunRecord
 from core.store import Store, join
 from tasks.reporting.assets import plotly_script, self_contained_by_config
 from tasks.reporting.browser import load_rollouts, write_browser
@@ -41,13 +40,20 @@ DEFAULT_ARTIFACT_KEY = "eval-report"
 COMPARISON_ARTIFACT_KEY = "eval-comparison"
 
 
+def run_record(metrics: Metrics, run_info: RunInfo, comparison: Comparison | None = None) -> RunRecord:
+    """The record metrics.json holds: the metrics, the run's info with its config redacted, the comparison."""
+    run = as_run_metrics(metrics)
+    info = run_info.model_copy(update={"config": secrets.redact(run_info.config)})
+    return RunRecord(**dict(run), run_info=info, comparison=comparison)
+
+
 def write_report(
     run_dir: str,
     metrics: Metrics,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     files: list[str],
     store: Store,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
     self_contained: bool | None = None,
 ) -> dict[str, str]:
     """Write metrics.json, report.md, report.html and the rollout browser (rollouts.html) into run_dir
@@ -55,16 +61,14 @@ def write_report(
 
     report.html inlines plotly.js when `self_contained` (None: as the run's config says,
     `store.self_contained_reports`); otherwise it links the store's copy."""
-    run = as_run_metrics(metrics)
-    run_info = {**run_info, "config": secrets.redact(run_info.get("config") or {})}
+    record = run_record(metrics, run_info, comparison)
+    run, run_info = as_run_metrics(metrics), record.run_info
     # computed from the same files as the metrics: no duplicates there means no dedupe window here
     rollouts = load_rollouts(files, store, dedupe=run.duplicate_rollouts != 0)
     view = report_view(run, run_info, comparison, rollouts)
     urls = {kind: join(run_dir, name) for kind, name in REPORT_FILES.items()}
-    payload: dict[str, Any] = {**run.model_dump(mode="json"), "run_info": run_info}
-    if comparison:
-        payload["comparison"] = comparison
-    store.write_text(urls["metrics"], json.dumps(payload, indent=2, default=str) + "\n")
+    payload = record.model_dump(mode="json", exclude={"comparison"} if comparison is None else None)
+    store.write_text(urls["metrics"], json.dumps(payload, indent=2) + "\n")
     store.write_text(urls["markdown"], render_markdown("report.md.j2", view=view))
     urls["browser"] = write_browser(run_dir, view.title, run, rollouts, store)  # before the report that links it
     if self_contained is None:
@@ -93,7 +97,7 @@ class ArtifactView:
 
 
 def artifact_markdown(
-    urls: dict[str, str], metrics: Metrics, run_info: dict[str, Any], comparison: Mapping[str, Any] | None = None
+    urls: dict[str, str], metrics: Metrics, run_info: RunInfo, comparison: Comparison | None = None
 ) -> str:
     links = [Link("Full report", urls["html"], browser_url(urls["html"]))]
     if urls.get("index_html"):
@@ -110,7 +114,7 @@ def artifact_markdown(
     return render_markdown("artifact.md.j2", view=view)
 
 
-def comparison_markdown(comparison: Mapping[str, Any]) -> str:
+def comparison_markdown(comparison: Comparison) -> str:
     """The comparison as a markdown section (the `eval-comparison` artifact; also atop report.md)."""
     return render_markdown("comparison.md.j2", view=comparison_view(comparison))
 
@@ -122,9 +126,9 @@ def _json_safe(value: Any) -> Any:
 def publish_artifacts(
     urls: dict[str, str],
     metrics: Metrics,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     key: str = DEFAULT_ARTIFACT_KEY,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
 ) -> None:
     """Attach the report to the current Prefect run: the headline (markdown and table), links to the
     HTML report and the run index, and the baseline comparison (key `eval-comparison`) if any."""
@@ -139,7 +143,7 @@ def publish_artifacts(
         return
     run = as_run_metrics(metrics)
     key = artifact_key(key)
-    description = f"evalflow run {run_info.get('run_id', '?')}: {run_info.get('model', '?')}"
+    description = f"evalflow run {run_info.run_id}: {run_info.model}"
     # _sync=True: these dispatch to coroutines inside async flows, which would never be awaited here.
     create_markdown_artifact(
         markdown=artifact_markdown(urls, run, run_info, comparison), key=key, description=description, _sync=True
@@ -184,10 +188,10 @@ def format_terminal_summary(metrics: Metrics, urls: dict[str, str]) -> str:
 def report_task(
     run_dir: str,
     metrics: Metrics,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     files: list[str],
     store: Store,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
     index: bool = True,
 ) -> dict[str, str]:
     """Write the reports, add the run to the index at the store's root (unless `index` is false) and

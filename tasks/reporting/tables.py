@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from core import schema
+from core.record import Provenance, RunInfo, RunStatus
 from core.schema import BenchmarkMetrics, EnvMetric, PromptRow
 from tasks.reporting.format import clip, fmt_duration, fmt_interval, fmt_num, fmt_rate
 from tasks.reporting.headline import format_env_value, uses_tools
@@ -213,11 +214,6 @@ def benchmark_sections(bm: schema.BenchmarkMetrics) -> list[Section]:
 # Run info
 
 
-def timings_of(run_info: dict[str, Any]) -> dict[str, float]:
-    """Stage timings in seconds (accepts `timings` or `stage_timings`)."""
-    return run_info.get("timings") or run_info.get("stage_timings") or {}
-
-
 def _as_datetime(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value
@@ -227,67 +223,70 @@ def _as_datetime(value: Any) -> datetime | None:
         return None
 
 
-def _run_value(value: Any) -> str:
-    """A run_info value as a cell: the status as its state (and, when not complete, its counts)."""
-    if isinstance(value, dict) and "state" in value:
-        failed, planned = value.get("failed_rollouts"), value.get("planned_rollouts")
-        return value["state"] if not failed else f"{value['state']} ({failed} of {planned} rollouts failed)"
-    return str(value)
+def _status_cell(status: RunStatus) -> str:
+    """The status as its state (and, when rollouts failed, how many)."""
+    failed = status.failed_rollouts
+    return status.state if not failed else f"{status.state} ({failed} of {status.planned_rollouts} rollouts failed)"
 
 
-def run_sections(run_info: dict[str, Any]) -> list[Section]:
+# run_info fields shown in their own tables or notes, or only when set (a training run's step)
+_OWN_SECTIONS = {"config", "timings", "provenance", "shards", "long_prompts", "status"}
+_WHEN_SET = {"training_run", "step"}
+
+
+def run_sections(run_info: RunInfo) -> list[Section]:
     """The run's identity (scalars, plus the wall-clock duration) and its stage timings."""
-    skip = {"config", "timings", "stage_timings", "provenance", "shards", "long_prompts"}  # own tables or note
-    scalars = [(k, "–" if v is None else _run_value(v)) for k, v in run_info.items() if k not in skip]
-    start, end = _as_datetime(run_info.get("started_at")), _as_datetime(run_info.get("finished_at"))
+    scalars = []
+    for key in RunInfo.model_fields:
+        value = getattr(run_info, key)
+        if key == "status":
+            scalars.append((key, _status_cell(value)))
+        elif key not in _OWN_SECTIONS and not (key in _WHEN_SET and value is None):
+            scalars.append((key, "–" if value is None else str(value)))
+    start, end = _as_datetime(run_info.started_at), _as_datetime(run_info.finished_at)
     if start and end:
         with contextlib.suppress(TypeError):  # naive vs aware timestamps: leave the duration out
             scalars.append(("duration", fmt_duration((end - start).total_seconds())))
     sections = [Section("Run", kv_table(scalars))]
-    timings = timings_of(run_info)
+    timings = run_info.timings
     if timings:
         rows = [[stage, fmt_num(float(sec), 1)] for stage, sec in timings.items()]
         rows.append(["total", fmt_num(sum(float(sec) for sec in timings.values()), 1)])
         sections.append(Section("Stage timings", Table(["stage", "seconds"], rows)))
-    if run_info.get("shards"):  # collected by child flow runs (collection.shards)
-        rows = [[str(s["index"] + 1), str(s["batches"]), s["state"], str(s["attempts"]), fmt_num(s["seconds"], 1),
-                 ", ".join(s["flow_runs"])] for s in run_info["shards"]]  # fmt: skip
+    if run_info.shards:  # collected by child flow runs (collection.shards)
+        rows = [[str(s.index + 1), str(s.batches), s.state, str(s.attempts), fmt_num(s.seconds, 1),
+                 ", ".join(s.flow_runs)] for s in run_info.shards]  # fmt: skip
         header = ["shard", "batches", "state", "attempts", "seconds", "flow runs"]
         sections.append(Section("Shards", Table(header, rows)))
-    sections += provenance_sections(run_info.get("provenance"))
+    sections += provenance_sections(run_info.provenance)
     return sections
 
 
-def provenance_sections(record: dict[str, Any] | None) -> list[Section]:
+def provenance_sections(record: Provenance | None) -> list[Section]:
     """What produced the run (code, runtime, server settings, hardware) and the data it read."""
-    if not record:
+    if record is None:
         return []
-    code, runtime = record.get("evalflow") or {}, record.get("runtime") or {}
-    server, hardware = record.get("server") or {}, record.get("hardware") or {}
-    commit = code.get("commit")
-    commit_text = "–" if not commit else commit[:12] + (" (uncommitted changes)" if code.get("dirty") else "")
+    code, runtime, server, hardware = record.evalflow, record.runtime, record.server, record.hardware
+    commit_text = "–" if not code.commit else code.commit[:12] + (" (uncommitted changes)" if code.dirty else "")
     cpu = server.get("cpu") or {}
     pairs = [
-        ("evalflow", f"{code.get('version') or '–'}, commit {commit_text}"),
-        ("python, prefect", f"{record.get('python') or '–'}, {record.get('prefect') or '–'}"),
-        ("vLLM runtime", ", ".join(f"{k} {runtime.get(k)}" for k in ("flavor", "vllm", "torch", "transformers"))
+        ("evalflow", f"{code.version or '–'}, commit {commit_text}"),
+        ("python, prefect", f"{record.python or '–'}, {record.prefect or '–'}"),
+        ("vLLM runtime", ", ".join(f"{k} {getattr(runtime, k)}" for k in ("flavor", "vllm", "torch", "transformers"))
          if runtime else "– (external server, or none started)"),
         ("server", ", ".join(f"{k} {v}" for k, v in server.items() if k != "cpu") or "–"),
         ("CPU server settings", cpu.get("reason") or "–"),
-        ("hardware", f"{hardware.get('cpu', '–')}, {hardware.get('cores', '–')} cores, "
-         f"GPUs: {', '.join(hardware.get('gpus') or []) or 'none'}"),
+        ("hardware", f"{hardware.cpu or '–'}, {'–' if hardware.cores is None else hardware.cores} cores, "
+         f"GPUs: {', '.join(hardware.gpus) or 'none'}"),
     ]  # fmt: skip
     sections = [Section("Provenance", kv_table(pairs))]
-    benchmarks = record.get("benchmarks") or []
-    if benchmarks:
+    if record.benchmarks:
         header = ["benchmark", "env version", "options", "max tokens", "dataset", "rows", "dataset hash",
                   "prompt template hash"]  # fmt: skip
         rows = [
-            [b.get("benchmark", "–"), str(b.get("env_version", "–")), _options(b.get("options")),
-             fmt_num(b.get("max_tokens")),
-             str(b.get("dataset", "–")), fmt_num(b.get("rows")), str(b.get("dataset_hash", "–"))[:16],
-             str(b.get("prompt_template_hash", "–"))]
-            for b in benchmarks
+            [b.benchmark, b.env_version, _options(b.options), fmt_num(b.max_tokens), str(b.dataset),
+             fmt_num(b.rows), b.dataset_hash[:16], b.prompt_template_hash]
+            for b in record.benchmarks
         ]  # fmt: skip
         sections.append(Section("Data and prompts", Table(header, rows)))
     return sections

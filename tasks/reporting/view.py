@@ -7,13 +7,12 @@ carry the same numbers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from core import secrets
+from core.record import Comparison, RunInfo
 from core.schema import RunMetrics
 from envs.registry import ENVS
 from tasks.reporting.browser import BrowserView, browser_view
@@ -62,52 +61,50 @@ class ReportView:
         return bool(self.headline_charts) or any(b.charts for b in self.benchmarks)
 
 
-def report_title(run_info: Mapping[str, Any]) -> str:
-    return f"Evaluation report: {run_info.get('model', '?')} ({run_info.get('run_id', '?')})"
+def report_title(run_info: RunInfo) -> str:
+    return f"Evaluation report: {run_info.model} ({run_info.run_id})"
 
 
-def status_banner(run_info: Mapping[str, Any]) -> str | None:
+def status_banner(run_info: RunInfo) -> str | None:
     """The line at the top of a report whose run did not collect everything it planned."""
-    status = run_info.get("status") or {}
-    state = status.get("state", "complete")
-    if state == "complete":
+    status = run_info.status
+    if status.state == "complete":
         return None
-    if state == "failed":
-        return f"FAILED: {status.get('reason', '')}. These numbers are not a result; this run is never a baseline."
-    return f"INCOMPLETE: {status.get('reason', '')}. Metrics cover the collected rollouts only; never a baseline."
+    if status.state == "failed":
+        return f"FAILED: {status.reason}. These numbers are not a result; this run is never a baseline."
+    return f"INCOMPLETE: {status.reason}. Metrics cover the collected rollouts only; never a baseline."
 
 
-def skipped_note(run_info: Mapping[str, Any]) -> str | None:
+def skipped_note(run_info: RunInfo) -> str | None:
     """The line under the title of a run that skipped prompts over the context (on_long_prompt: skip)."""
     parts = [
-        f"{name} {info['skipped']} of {info['prompts']} prompts (over {info['limit']} tokens; the longest "
-        f"{info['longest']})"
-        for name, info in (run_info.get("long_prompts") or {}).items()
-        if info.get("skipped")
+        f"{name} {info.skipped} of {info.prompts} prompts (over {info.limit} tokens; the longest {info.longest})"
+        for name, info in run_info.long_prompts.items()
+        if info.skipped
     ]
     if not parts:
         return None
     return "Skipped, as benchmarks.N.on_long_prompt: skip asks: " + "; ".join(parts) + ". Metrics cover the rest."
 
 
-def config_json(run_info: Mapping[str, Any]) -> str:
-    return json.dumps(secrets.redact(run_info.get("config") or {}), indent=2, sort_keys=True, default=str)
+def config_json(run_info: RunInfo) -> str:
+    return json.dumps(secrets.redact(run_info.config), indent=2, sort_keys=True, default=str)
 
 
-def lm_eval_section(metrics: RunMetrics, run_info: Mapping[str, Any]) -> Section | None:
+def lm_eval_section(metrics: RunMetrics, run_info: RunInfo) -> Section | None:
     table = lm_eval_table(metrics, run_info)
     return Section(LM_EVAL_TITLE, table) if table else None
 
 
 def report_view(
     metrics: RunMetrics,
-    run_info: dict[str, Any],
-    comparison: Mapping[str, Any] | None = None,
+    run_info: RunInfo,
+    comparison: Comparison | None = None,
     rollouts: pl.DataFrame | None = None,
 ) -> ReportView:
     """The report of one run; `rollouts` (browser rows, see browser.load_rollouts) fills the browsers."""
     benchmarks = []
-    envs = {key: record.get("env") for key, record in benchmark_envs(run_info).items()}
+    envs = {key: record.env for key, record in benchmark_envs(run_info).items()}
     for name, bm in metrics.benchmarks.items():
         sections = benchmark_sections(bm)
         env = ENVS.get(envs.get(name) or name)

@@ -29,14 +29,14 @@ def test_every_baseline_setting_through_the_server(endpoint: Endpoint, prefect_h
         store={"url": str(tmp_path)},
     )
     result = asyncio.run(eval_flow(EvalConfig.model_validate(config)))
-    benches = result["metrics"]["benchmarks"]
+    benches = result.model_dump(mode="json")["benchmarks"]
     labels = ["gsm8k_0shot", "gsm8k_4shot", "gsm8k_8shot", "math_4shot", "ifeval", "mbpp_3shot", "humaneval"]
     assert sorted(benches) == sorted(labels)
     assert {label: (b["n_rollouts"], b["error_count"]) for label, b in benches.items()} == dict.fromkeys(labels, (2, 0))
 
     rows = duckdb.sql(
         f"select benchmark, messages, completion, sampling, finish_reason, info "
-        f"from read_parquet('{result['run_dir']}/rollouts/*/*.parquet')"
+        f"from read_parquet('{result.collection.run_dir}/rollouts/*/*.parquet')"
     ).fetchall()
     by_label: dict[str, list[tuple]] = {}
     for row in rows:
@@ -57,7 +57,7 @@ def test_every_baseline_setting_through_the_server(endpoint: Endpoint, prefect_h
     assert json.loads(by_label["mbpp_3shot"][0][1]).count("[BEGIN]") == 4
     assert {json.loads(s)["max_tokens"] for _, _, _, s, _, _ in by_label["ifeval"]} == {160}
 
-    report = (Path(result["run_dir"]) / "report.md").read_text()
+    report = (Path(result.collection.run_dir) / "report.md").read_text()
     table = report[report.index("## lm-eval metrics") :].split("\n## ")[0]
     for label, metric in [
         ("gsm8k_8shot", "exact_match,flexible-extract"), ("math_4shot", "exact_match,none"),

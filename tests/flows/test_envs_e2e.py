@@ -33,14 +33,14 @@ def test_all_environments_in_one_run(endpoint: Endpoint, prefect_home: Path, tmp
         }
     )
     result = asyncio.run(eval_flow(cfg))
-    benches = result["metrics"]["benchmarks"]
+    benches = result.model_dump(mode="json")["benchmarks"]
     assert {name: b["n_rollouts"] for name, b in benches.items()} == {
         "gsm8k": 4, "math": 4, "mbpp": 6, "humaneval": 4, "tetris": 4,
     }  # fmt: skip
     assert all(b["error_count"] == 0 for b in benches.values())
     assert {m["key"] for m in benches["gsm8k"]["env_metrics"]} >= {"strict_correct", "flexible_correct"}
 
-    run_dir = Path(result["run_dir"])
+    run_dir = Path(result.collection.run_dir)
     rows = duckdb.sql(
         f"select benchmark, info, turns, tool_calls, reward from read_parquet('{run_dir}/rollouts/*/*.parquet')"
     ).fetchall()

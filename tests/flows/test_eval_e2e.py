@@ -36,7 +36,7 @@ def test_flow_against_shared_server(endpoint: Endpoint, prefect_home: Path, tmp_
     cfg.model.served_name = endpoint.model
     result = asyncio.run(eval_flow(cfg))
 
-    run_dir = Path(result["run_dir"])
+    run_dir = Path(result.collection.run_dir)
     files = sorted(run_dir.glob("rollouts/gsm8k/*.parquet"))
     assert len(files) == 2  # 4 prompts x 2 repeats, 4 rollouts per batch
     con = duckdb.connect()

@@ -87,7 +87,7 @@ def test_progress_lines_come_every_interval_while_a_slow_batch_is_open(
 ) -> None:
     data = slow_config(tmp_path / "store", proxy.base_url, endpoint.model)
     result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
-    metrics = json.loads(Path(result["reports"]["metrics"]).read_text())
+    metrics = json.loads(Path(result.collection.reports["metrics"]).read_text())
     logs = flow_run_logs(metrics["run_info"]["flow_run_id"])
     started = next(t for t, m in logs if m == "stage collect: started")
     ended = next(t for t, m in logs if m.startswith("stage collect: ") and m.endswith(" s"))
@@ -132,7 +132,7 @@ def test_a_batch_killed_mid_way_keeps_its_snapshot_and_the_rerun_sends_only_the_
     before = proxy.counts.forwarded
     result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
     assert proxy.counts.forwarded - before == (ROLLOUTS - kept) + 1  # the unfinished ones, and the endpoint check
-    files = sorted(str(p) for p in Path(result["run_dir"]).glob("rollouts/*/*.parquet"))
+    files = sorted(str(p) for p in Path(result.collection.run_dir).glob("rollouts/*/*.parquet"))
     pairs = duckdb.sql(f"select prompt_id, repeat from read_parquet({files}) order by 1, 2").fetchall()
     assert len(pairs) == ROLLOUTS == len(set(pairs))  # none missing, none twice
     assert not list(partial.glob("*.parquet"))  # removed once the batch finished

@@ -94,8 +94,11 @@ def test_sigkill_then_rerun_collects_only_the_missing_batches(
     before = proxy.counts.forwarded
     result = run(data)
     assert proxy.counts.forwarded - before == (6 - persisted) * 4 + 1  # the lost batches, and the endpoint check
-    assert result["batches"] == {"total": 6, "cached": persisted}
-    got = pairs(result["run_dir"])
+    assert {"total": result.collection.batches_total, "cached": result.collection.batches_cached} == {
+        "total": 6,
+        "cached": persisted,
+    }
+    got = pairs(result.collection.run_dir)
     assert got == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})  # none missing, none twice
 
 
@@ -112,26 +115,31 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
     assert planned["rollouts"] == {"total": 16, "cached": 0, "to_generate": 16}
     assert proxy.counts.forwarded == 1  # the endpoint check (1 token), nothing collected
     first = run(data)
-    assert first["batches"] == {"total": 4, "cached": 0}
+    assert (first.collection.batches_total, first.collection.batches_cached) == (4, 0)
 
     start = proxy.counts.forwarded
     again = run(data)  # same inputs, new run: everything reused, nothing sent
-    assert again["batches"] == {"total": 4, "cached": 4}
+    assert {"total": again.collection.batches_total, "cached": again.collection.batches_cached} == {
+        "total": 4,
+        "cached": 4,
+    }
     assert proxy.counts.forwarded == start
-    assert pairs(again["run_dir"]) == pairs(first["run_dir"])
+    assert pairs(again.collection.run_dir) == pairs(first.collection.run_dir)
 
     # the latest earlier run of the same run name is the default baseline; an explicit one wins
-    assert again["comparison"]["baseline"]["run_id"] == first["run_id"]
-    hotter = run({**data, "sampling": {**data["sampling"], "temperature": 0.9}, "baseline_run_id": first["run_id"]})
-    assert hotter["batches"] == {"total": 4, "cached": 0}
-    assert hotter["comparison"]["baseline"]["run_id"] == first["run_id"]
+    assert again.comparison.baseline.run_id == first.run_info.run_id
+    hotter = run(
+        {**data, "sampling": {**data["sampling"], "temperature": 0.9}, "baseline_run_id": first.run_info.run_id}
+    )
+    assert (hotter.collection.batches_total, hotter.collection.batches_cached) == (4, 0)
+    assert hotter.comparison.baseline.run_id == first.run_info.run_id
 
     rows[5]["question"] = rows[5]["question"].replace("?", " exactly?")
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert plan_run(EvalConfig.model_validate(data))["rollouts"]["to_generate"] == 4
     start = proxy.counts.forwarded
     edited = run(data)
-    assert edited["batches"] == {"total": 4, "cached": 3}
+    assert (edited.collection.batches_total, edited.collection.batches_cached) == (4, 3)
     assert proxy.counts.forwarded - start == 4 + 1  # one batch (2 prompts x 2 repeats), the endpoint check
 
 
@@ -147,10 +155,10 @@ def test_transient_faults_lose_no_rollout(endpoint: Endpoint, prefect_home: Path
     finally:
         proxy.stop()
     assert proxy.counts.errors > 0 and proxy.counts.resets > 0 and proxy.counts.stalls > 0, proxy.counts
-    bench = result["metrics"]["benchmarks"]["gsm8k"]
+    bench = result.model_dump(mode="json")["benchmarks"]["gsm8k"]
     assert bench["n_rollouts"] == 16
     assert bench["error_count"] == 0
-    assert len(pairs(result["run_dir"])) == 16
+    assert len(pairs(result.collection.run_dir)) == 16
 
 
 def test_a_managed_server_killed_mid_run_is_restarted_stopped_at_the_end_and_a_cached_rerun_starts_none(
@@ -176,17 +184,20 @@ def test_a_managed_server_killed_mid_run_is_restarted_stopped_at_the_end_and_a_c
     result = run(data)
     thread.join(5)
     assert killed, "the server was never killed"
-    assert result["server"]["restarts"] == 1
-    assert result["metrics"]["benchmarks"]["gsm8k"]["n_rollouts"] == 16
-    assert result["metrics"]["benchmarks"]["gsm8k"]["error_count"] == 0
+    assert result.collection.server["restarts"] == 1
+    assert result.benchmarks["gsm8k"].n_rollouts == 16
+    assert result.benchmarks["gsm8k"].error_count == 0
     # the restarted server is stopped with the run, and it logged
-    server = result["server"]
+    server = result.collection.server
     assert server["pid"] and server["pid"] != killed[0] and not group_alive(server["pid"])
     assert Path(server["log"]).read_text().strip()
 
     again = run(data)  # same inputs: straight to analysis, no server started
-    assert again["server"] == {}
-    assert again["batches"] == {"total": 4, "cached": 4}
-    assert again["metrics"]["benchmarks"]["gsm8k"] == result["metrics"]["benchmarks"]["gsm8k"]
-    assert Path(again["run_dir"]) != Path(result["run_dir"])
-    assert len(list(Path(again["run_dir"]).glob("rollouts/gsm8k/*.parquet"))) == 4
+    assert again.collection.server == {}
+    assert {"total": again.collection.batches_total, "cached": again.collection.batches_cached} == {
+        "total": 4,
+        "cached": 4,
+    }
+    assert again.benchmarks["gsm8k"] == result.benchmarks["gsm8k"]
+    assert Path(again.collection.run_dir) != Path(result.collection.run_dir)
+    assert len(list(Path(again.collection.run_dir).glob("rollouts/gsm8k/*.parquet"))) == 4

@@ -32,7 +32,7 @@ def run_tetris(endpoint: Endpoint, store: Path, options: dict[str, Any], games: 
     result = asyncio.run(eval_flow(cfg))
     rows = duckdb.sql(
         f"select transcript, info, turns, tool_calls, reward, success, error, finish_reason "
-        f"from read_parquet('{result['run_dir']}/rollouts/*/*.parquet')"
+        f"from read_parquet('{result.collection.run_dir}/rollouts/*/*.parquet')"
     ).fetchall()
     names = ("transcript", "info", "turns", "tool_calls", "reward", "success", "error", "finish_reason")
     records = [dict(zip(names, r, strict=True)) for r in rows]
@@ -87,9 +87,9 @@ def test_tetris_plays_through_server_parsed_tool_calls(endpoint: Endpoint, prefe
         assert info["end_reason"] != "tool_limit" or r["tool_calls"] == 6
     assert max(r["turns"] for r in records) >= 2  # several turns per game, tool results fed back
     assert sum(r["info"]["end_reason"] != "no_tool_call" for r in records) >= 6  # cut-off calls are the exception
-    tetris = result["metrics"]["benchmarks"]["tetris"]
+    tetris = result.model_dump(mode="json")["benchmarks"]["tetris"]
     assert tetris["tool_calls"]["mean"] == pytest.approx(sum(r["tool_calls"] for r in records) / 8)
-    report = (Path(result["run_dir"]) / "report.md").read_text()
+    report = (Path(result.collection.run_dir) / "report.md").read_text()
     assert "Tool calls" in report and "Reference: Qwen3-4B (GRL Tetris)" in report
 
 
@@ -103,4 +103,4 @@ def test_auto_tool_choice_and_turns_without_a_call(endpoint: Endpoint, prefect_h
         if not last.get("tool_calls"):
             assert info["end_reason"] == "no_tool_call"
         assert r["reward"] == pytest.approx(replay(info).total_reward)
-    assert result["metrics"]["benchmarks"]["tetris"]["error_count"] == 0
+    assert result.benchmarks["tetris"].error_count == 0

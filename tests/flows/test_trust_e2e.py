@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from core.config import EvalConfig
+from core.record import IndexEntry
 from flows.eval import eval_flow
 from tasks.collection.failures import RunFailed
 from tasks.reporting.index import read_entries
@@ -88,13 +89,13 @@ def test_failed_rollouts_fail_the_run_are_never_cached_and_a_rerun_sends_only_th
         proxy.stop()
     assert injected > 0
     (entry,) = read_entries_local(store)
-    assert entry["status"] == "failed"
-    report = (store / entry["markdown"]).read_text()
+    assert entry.status == "failed"
+    report = (store / entry.markdown).read_text()
     assert "**FAILED:" in report.split("## Headline")[0]  # said at the top
     records = [p.read_text() for p in (store / "cache" / "batches").iterdir() if p.is_file()]
     finished = [r for r in records if "completion_tokens" in r]  # batch records (url, rollouts, ...)
     failures = [r for r in records if "BatchFailed" in r]  # what Prefect keeps of a failed task: our line only
-    batch_files = list((store / entry["report"]).parent.glob("rollouts/*/*.parquet"))
+    batch_files = list((store / entry.report).parent.glob("rollouts/*/*.parquet"))
     assert len(finished) == len(batch_files) < 5 and len(failures) == 5 - len(finished)
     assert not any("__exc_type__" in r or "Traceback" in r for r in records)
 
@@ -104,17 +105,17 @@ def test_failed_rollouts_fail_the_run_are_never_cached_and_a_rerun_sends_only_th
         sent = healthy.counts.forwarded
     finally:
         healthy.stop()
-    assert result["status"] == "complete"
+    assert result.state == "complete"
     assert sent == injected + 1  # the failed rollouts only (their batches kept the rest), plus the 1-token check
-    bench = result["metrics"]["benchmarks"]["gsm8k"]
+    bench = result.model_dump(mode="json")["benchmarks"]["gsm8k"]
     assert bench["n_rollouts"] == 20 and bench["error_count"] == 0
-    assert result["comparison"] is None  # the failed run is never a baseline
+    assert result.comparison is None  # the failed run is never a baseline
 
     # no file the runs left (store, Prefect home with its database and logs) holds the API key
     assert find_secret([store, prefect_home], [SECRET]) == []
 
 
-def read_entries_local(store: Path) -> list[dict]:
+def read_entries_local(store: Path) -> list[IndexEntry]:
     from core.store import Store
 
     return read_entries(Store(str(store)))

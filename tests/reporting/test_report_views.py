@@ -24,9 +24,10 @@ from tasks.reporting.render import render_html, render_markdown
 from tasks.reporting.report import artifact_markdown, format_terminal_summary, write_report
 from tasks.reporting.sweep import sweep_view
 from tasks.reporting.view import ReportView, report_view
-from tests.tasks.conftest import rollout
+from tests.tasks.conftest import rollout, run_info
 
-RUN_INFO = {"run_id": "r1", "model": "tiny", "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:10:00"}
+RUN = {"run_id": "r1", "model": "tiny", "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:10:00"}
+RUN_INFO = run_info(**RUN)
 
 
 def analyze(files: list[str], store: Store) -> RunMetrics:
@@ -136,9 +137,10 @@ def test_a_config_with_secrets_reports_none_of_them(store: Store, files: list[st
         "model": {"source": "s3://ckpt/step_10", "password": secrets[4], "session_token": secrets[5]},
     }
     metrics = analyze(files, store)
-    urls = write_report(store.path("runs", "r1"), metrics, {**RUN_INFO, "config": config}, files, store)
+    info = run_info(**RUN, config=config)
+    urls = write_report(store.path("runs", "r1"), metrics, info, files, store)
     written = {kind: Path(url).read_text() for kind, url in urls.items()}
-    written["artifact"] = artifact_markdown(urls, metrics, {**RUN_INFO, "config": config})
+    written["artifact"] = artifact_markdown(urls, metrics, info)
     for kind, text in written.items():
         assert not [s for s in secrets if s in text], kind
     for kind in ("metrics", "markdown", "html"):
@@ -180,7 +182,7 @@ PROVENANCE = {
 
 
 def test_provenance_reads_as_tables_not_a_dict(store: Store, files: list[str]) -> None:
-    view = report_view(analyze(files, store), {**RUN_INFO, "provenance": PROVENANCE})
+    view = report_view(analyze(files, store), run_info(**RUN, provenance=PROVENANCE))
     md, page = render_markdown("report.md.j2", view=view), render_html("report.html.j2", view=view)
     for text in (md, page):
         assert "{'evalflow'" not in text and "{&#39;evalflow" not in text  # no raw dict in the Run table

@@ -1,15 +1,19 @@
-"""Fixtures for tests of tasks/: synthetic rollout batches, a local store, and their metrics."""
+"""Fixtures for tests of tasks/: synthetic rollout batches, a local store, their metrics, a report server thread,
+and typed run documents (core.record) built from just the fields a test is about."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.record import Provenance, RunInfo
 from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import MetricSpec
@@ -48,6 +52,43 @@ def rollout(**overrides: Any) -> dict[str, Any]:
     }
     row.update(overrides)
     return row
+
+
+def run_info(**fields: Any) -> RunInfo:
+    """A run's info with the fields a test is about (nested documents as dicts, validated as metrics.json
+    is); the rest as a plain complete run's: run_id "r1", model "tiny", status complete. A status may be
+    given as its state alone."""
+    data: dict[str, Any] = {"run_id": "r1", "model": "tiny", "status": {"state": "complete"}, **fields}
+    if isinstance(data["status"], str):
+        data["status"] = {"state": data["status"]}
+    return RunInfo.model_validate(data)
+
+
+def benchmark_provenance(benchmark: str, env: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A benchmark's provenance record (tasks.collection.provenance) with placeholder hashes."""
+    return {
+        "benchmark": benchmark,
+        "env": env or benchmark,
+        "env_version": "1",
+        "rows": 1,
+        "dataset_hash": "0" * 64,
+        "prompt_template_hash": "0" * 16,
+        **fields,
+    }
+
+
+def provenance(*benchmarks: dict[str, Any], **fields: Any) -> Provenance:
+    """A run's provenance holding `benchmarks` (records, see benchmark_provenance); the rest placeholders."""
+    data: dict[str, Any] = {"evalflow": {}, "python": "3.11", "hardware": {}, "benchmarks": list(benchmarks)}
+    return Provenance.model_validate({**data, **fields})
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    """Serve in a daemon thread (`evalflow reports serve` serves on its main thread until Ctrl-C); the test
+    stops it with `server.shutdown()` and `server.server_close()`."""
+    thread = threading.Thread(target=server.serve_forever, name="serve-reports", daemon=True)
+    thread.start()
+    return thread
 
 
 @pytest.fixture

@@ -103,7 +103,7 @@ def tetris_rows(make_rollout: Callable[..., dict], run_id: str) -> list[dict[str
 def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store with two runs of one deployment; the second compares with the first."""
     from core.schema import to_parquet_bytes
-    from tests.tasks.conftest import rollout
+    from tests.tasks.conftest import rollout, run_info
 
     root = tmp_path_factory.mktemp("site")
     store = Store(str(root / "store"))
@@ -115,15 +115,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             url = store.path("runs", run_id, "rollouts", name, "batch-0.parquet")
             files.append(store.write_bytes(url, to_parquet_bytes(rows)))
         metrics = analyze(files, store)
-        info = {"run_id": run_id, "deployment": "nightly", "model": "tiny", "finished_at": f"2025-01-0{i + 1}T00:00"}
-        baseline_info = {"run_id": "run-a", "report": "runs/run-a/report.html"}
-        comparison = compare(metrics, previous, info, baseline_info) if previous else None
+        info = run_info(run_id=run_id, deployment="nightly", model="tiny", finished_at=f"2025-01-0{i + 1}T00:00")
+        comparison = None
+        if previous:
+            base_metrics, base_info = previous
+            comparison = compare(metrics, base_metrics, info, base_info, f"runs/{base_info.run_id}/report.html")
         urls = write_report(store.path("runs", run_id), metrics, info, files, store, comparison)
         # what report.py's write_report is to do as well (see tasks/reporting/browser.py)
         frame = load_rollouts(files, store, dedupe=False)
         urls["browser"] = write_browser(store.path("runs", run_id), report_title(info), metrics, frame, store)
         update_index(store, index_entry(info, metrics, urls, store.url))
-        previous = metrics
+        previous = (metrics, info)
         out[run_id] = {"urls": urls, "metrics": metrics}
     out["index"] = root / "store" / "index.html"
     return out

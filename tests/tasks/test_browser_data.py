@@ -14,6 +14,7 @@ from tasks.analysis.metrics import compute_metrics
 from tasks.reporting import browser
 from tasks.reporting.browser import browser_page, load_rollouts, render_browser
 from tasks.reporting.report import write_report
+from tests.tasks.conftest import run_info
 
 EVIL = "</script><script>alert(1)</script>"
 
@@ -153,7 +154,7 @@ def test_report_links_each_benchmark_to_the_browser(make_rollout, write_batch, l
     rows = [*grid(make_rollout, 4, 3), make_rollout(benchmark="tetris", prompt_id="g0", reference=None)]
     files = [write_batch(rows)]
     urls = write_report(
-        local_store.path("run"), compute_metrics(files, local_store), {"run_id": "r"}, files, local_store
+        local_store.path("run"), compute_metrics(files, local_store), run_info(run_id="r"), files, local_store
     )
     html = local_store.read_text(urls["html"])
     assert '<a href="rollouts.html#b=gsm8k">Browse the rollouts</a>' in html

@@ -61,26 +61,26 @@ def test_prompt_level_noise_is_not_a_regression(run_metrics: Callable[..., RunMe
     assert delta == pytest.approx(-0.08) and old_high == pytest.approx(-0.018, abs=5e-4) and old_high < 0
     # Clustered: -0.08 +/- 1.96 * sqrt(0.08944^2 + 0.05514^2) = -0.08 +/- 0.2059.
     result = compare(cur, base)
-    acc = result["benchmarks"]["gsm8k"]["accuracy"]
+    acc = result.benchmarks["gsm8k"]["accuracy"]
     half = Z_95 * math.hypot(math.sqrt(760) / 500, math.sqrt(2000) / 500)
     assert half == pytest.approx(0.2059, abs=1e-4)
-    assert acc["delta"] == pytest.approx(-0.08)
-    assert (acc["low"], acc["high"]) == pytest.approx((-0.08 - half, -0.08 + half))
-    assert acc["regression"] is False and acc["improvement"] is False and result["regressions"] == []
-    assert acc["method"] == "clustered-prompts" and acc["n_current"] == acc["n_baseline"] == 10
+    assert acc.delta == pytest.approx(-0.08)
+    assert (acc.low, acc.high) == pytest.approx((-0.08 - half, -0.08 + half))
+    assert acc.regression is False and acc.improvement is False and result.regressions == []
+    assert acc.method == "clustered-prompts" and acc.n_current == acc.n_baseline == 10
 
 
 def test_a_large_drop_is_still_a_regression(run_metrics: Callable[..., RunMetrics]) -> None:
     base, cur = run_metrics("base", BASELINE), run_metrics("cur", DROPPED)
     # SE of the dropped run: deviations from 4.5 are -4.5 ... 4.5 (squares sum to 82.5).
     assert cur.benchmarks["gsm8k"].ci.accuracy.se == pytest.approx(math.sqrt(82.5) / 500)
-    acc = compare(cur, base)["benchmarks"]["gsm8k"]["accuracy"]
+    acc = compare(cur, base).benchmarks["gsm8k"]["accuracy"]
     half = Z_95 * math.hypot(math.sqrt(82.5) / 500, math.sqrt(2000) / 500)
-    assert acc["delta"] == pytest.approx(-0.41)
-    assert acc["high"] == pytest.approx(-0.41 + half) == pytest.approx(-0.2311, abs=1e-4)
-    assert acc["regression"] is True
+    assert acc.delta == pytest.approx(-0.41)
+    assert acc.high == pytest.approx(-0.41 + half) == pytest.approx(-0.2311, abs=1e-4)
+    assert acc.regression is True
     # Swapped, the same interval mirrored is an improvement.
-    assert compare(base, cur)["benchmarks"]["gsm8k"]["accuracy"]["improvement"] is True
+    assert compare(base, cur).benchmarks["gsm8k"]["accuracy"].improvement is True
 
 
 def as_schema_3(metrics: RunMetrics, keep_per_prompt: bool) -> RunMetrics:
@@ -97,25 +97,25 @@ def as_schema_3(metrics: RunMetrics, keep_per_prompt: bool) -> RunMetrics:
 
 def test_a_schema_3_baseline_gets_its_se_from_per_prompt(run_metrics: Callable[..., RunMetrics]) -> None:
     base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
-    acc = compare(cur, as_schema_3(base, keep_per_prompt=True))["benchmarks"]["gsm8k"]["accuracy"]
-    expected = compare(cur, base)["benchmarks"]["gsm8k"]["accuracy"]
-    assert (acc["low"], acc["high"]) == pytest.approx((expected["low"], expected["high"]))
-    assert acc["regression"] is False and acc["n_baseline"] == 10
-    assert acc["method"] == "clustered-prompts (baseline: SE recomputed from per_prompt, schema_version <= 3)"
+    acc = compare(cur, as_schema_3(base, keep_per_prompt=True)).benchmarks["gsm8k"]["accuracy"]
+    expected = compare(cur, base).benchmarks["gsm8k"]["accuracy"]
+    assert (acc.low, acc.high) == pytest.approx((expected.low, expected.high))
+    assert acc.regression is False and acc.n_baseline == 10
+    assert acc.method == "clustered-prompts (baseline: SE recomputed from per_prompt, schema_version <= 3)"
 
 
 def test_a_baseline_without_se_or_per_prompt_falls_back_to_newcombe(run_metrics: Callable[..., RunMetrics]) -> None:
     base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
-    acc = compare(cur, as_schema_3(base, keep_per_prompt=False))["benchmarks"]["gsm8k"]["accuracy"]
-    assert (acc["delta"], acc["low"], acc["high"]) == pytest.approx(rate_delta(0.42, 500, 0.50, 500))
-    assert acc["regression"] is True and acc["n_current"] == acc["n_baseline"] == 500  # today's rule, said so:
-    assert acc["method"] == "newcombe-rollouts (the baseline has neither a clustered SE nor per-prompt rows)"
+    acc = compare(cur, as_schema_3(base, keep_per_prompt=False)).benchmarks["gsm8k"]["accuracy"]
+    assert (acc.delta, acc.low, acc.high) == pytest.approx(rate_delta(0.42, 500, 0.50, 500))
+    assert acc.regression is True and acc.n_current == acc.n_baseline == 500  # today's rule, said so:
+    assert acc.method == "newcombe-rollouts (the baseline has neither a clustered SE nor per-prompt rows)"
 
 
 def test_one_prompt_gives_no_interval(run_metrics: Callable[..., RunMetrics]) -> None:
     """One prompt shows no spread between prompts (its SE is 0): no interval, never flagged, where
     Newcombe over its 50 repeats would flag 10% against 90%."""
-    acc = compare(run_metrics("cur", [5]), run_metrics("base", [45]))["benchmarks"]["gsm8k"]["accuracy"]
-    assert acc["delta"] == pytest.approx(-0.8) and acc["low"] is None and acc["high"] is None
-    assert acc["regression"] is False and acc["method"] == "clustered-prompts (fewer than 2 prompts: no interval)"
+    acc = compare(run_metrics("cur", [5]), run_metrics("base", [45])).benchmarks["gsm8k"]["accuracy"]
+    assert acc.delta == pytest.approx(-0.8) and acc.low is None and acc.high is None
+    assert acc.regression is False and acc.method == "clustered-prompts (fewer than 2 prompts: no interval)"
     assert rate_delta(0.1, 50, 0.9, 50)[2] < 0

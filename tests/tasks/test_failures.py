@@ -85,13 +85,13 @@ def failed(kind: str, n: int, size: int = 10) -> BatchFailed:
 
 
 def test_run_status_from_its_failures() -> None:
-    assert Collected([], [], 100).status(0.05)["state"] == "complete"
-    assert Collected([], [failed("transient", 5)], 100).status(0.05)["state"] == "incomplete"
+    assert Collected([], [], 100).status(0.05).state == "complete"
+    assert Collected([], [failed("transient", 5)], 100).status(0.05).state == "incomplete"
     over = Collected([], [failed("transient", 6)], 100).status(0.05)
-    assert over["state"] == "failed" and "collection.max_failed_share" in over["reason"]
+    assert over.state == "failed" and "collection.max_failed_share" in over.reason
     one = Collected([], [failed("configuration", 1)], 1000).status(0.05)
-    assert one["state"] == "failed" and one["reason"].startswith("configuration failure")
-    assert Collected([], [failed("transient", 1)], 100).status(0.0)["state"] == "failed"
+    assert one.state == "failed" and one.reason.startswith("configuration failure")
+    assert Collected([], [failed("transient", 1)], 100).status(0.0).state == "failed"
 
 
 class Server:

@@ -14,15 +14,18 @@ from typing import Any
 
 import pytest
 
+from core.record import IndexEntry
 from core.store import Store, StoreError
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting import index
 from tasks.reporting.assets import plotly_bundle
-from tasks.reporting.index import index_entry, read_entries, read_index, relative_to_store, update_index
+from tasks.reporting.index import index_entry, read_entries, relative_to_store, update_index
 from tests.conftest import REPO_ROOT
+from tests.tasks.conftest import run_info
 
 
-def entry(run_id: str, finished: str = "2025-01-01T00:00:00+00:00", **extra: Any) -> dict[str, Any]:
+def entry_doc(run_id: str, finished: str = "2025-01-01T00:00:00+00:00", **extra: Any) -> dict[str, Any]:
+    """An entry file as runs wrote it before entries had a version or a status (every such run completed)."""
     headline = {"gsm8k": {"accuracy": 0.5, "accuracy_ci": [0.4, 0.6], "mean_reward": 0.5, "prompts": 10, "n": 4}}
     return {
         "run_id": run_id,
@@ -35,6 +38,14 @@ def entry(run_id: str, finished: str = "2025-01-01T00:00:00+00:00", **extra: Any
         "report": f"runs/{run_id}/report.html",
         **extra,
     }
+
+
+def entry(run_id: str, finished: str = "2025-01-01T00:00:00+00:00", **extra: Any) -> IndexEntry:
+    return IndexEntry.model_validate(entry_doc(run_id, finished, **extra))
+
+
+def read_index_json(store: Store) -> list[dict[str, Any]]:
+    return json.loads(store.read_text(store.path("index.json")))
 
 
 def test_relative_to_store(tmp_path: Path) -> None:
@@ -52,15 +63,19 @@ def test_index_entry_from_a_run(make_rollout, write_batch, tmp_path: Path) -> No
     urls["html"] = f"{store_url}/runs/r1/report.html"
     info = {"run_id": "r1", "run_name": "n", "deployment": "dep", "flow_run_id": "f", "model": "tiny"}
     e = index_entry(
-        {**info, "model_fingerprint": "fp", "started_at": "s", "finished_at": "t"}, metrics, urls, store_url
+        run_info(**info, model_fingerprint="fp", started_at="s", finished_at="t", status="incomplete"),
+        metrics,
+        urls,
+        store_url,
     )
-    assert {k: e[k] for k in info} == info
-    assert e["benchmarks"] == ["gsm8k"] and e["total_rollouts"] == 4
-    assert e["report"] == "runs/r1/report.html" and e["metrics"] == "runs/r1/metrics.json"
-    head = e["headline"]["gsm8k"]
+    assert {k: getattr(e, k) for k in info} == info
+    assert e.status == "incomplete" and e.model_fingerprint == "fp" and e.started_at == "s"
+    assert e.benchmarks == ["gsm8k"] and e.total_rollouts == 4
+    assert e.report == "runs/r1/report.html" and e.metrics == "runs/r1/metrics.json"
+    head = e.headline["gsm8k"]
     assert head["accuracy"] == pytest.approx(0.75) and len(head["accuracy_ci"]) == 2
     assert {"pass@1", "pass@n", "maj@n", "mean_reward", "mean_reward_ci"} <= set(head)
-    json.dumps(e, allow_nan=False)
+    json.dumps(e.model_dump(mode="json"), allow_nan=False)
 
 
 def test_update_index_adds_replaces_and_orders_newest_first(tmp_path: Path) -> None:
@@ -74,7 +89,8 @@ def test_update_index_adds_replaces_and_orders_newest_first(tmp_path: Path) -> N
     assert isinstance(runs, list) and [r["run_id"] for r in runs] == ["new", "old"]
     assert runs[1]["model"] == "replaced"
     assert sorted(os.listdir(tmp_path / "store/index/entries")) == ["new.json", "old.json"]
-    assert read_index(store) == runs == read_entries(store)
+    assert read_index_json(store) == runs == [e.model_dump(mode="json") for e in read_entries(store)]
+    assert [e.status for e in read_entries(store)] == ["complete", "complete"]  # entries written without one
     assert not list((tmp_path / "store").glob(".*.tmp"))
 
 
@@ -131,7 +147,8 @@ from pathlib import Path
 from core.store import Store
 from tasks.reporting.index import update_index
 url, i, start = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-entry = json.loads(sys.argv[4])
+from core.record import IndexEntry
+entry = IndexEntry.model_validate_json(sys.argv[4])
 while not start.exists():  # all finish at the same moment
     time.sleep(0.01)
 update_index(Store(url), entry)
@@ -151,7 +168,7 @@ def test_concurrent_updates_from_processes_all_land(tmp_path: Path) -> None:
                 url,
                 str(i),
                 str(start),
-                json.dumps(entry(f"proc-{i}", f"2025-01-01T00:00:0{i}+00:00")),
+                entry(f"proc-{i}", f"2025-01-01T00:00:0{i}+00:00").model_dump_json(),
             ],
             cwd=REPO_ROOT,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -175,11 +192,11 @@ def test_rebuild_sees_an_entry_that_lands_during_it(tmp_path: Path, monkeypatch:
     real_write = index._write_index
     calls = []
 
-    def write_then_race(target: Store, entries: list[dict[str, Any]]) -> None:
+    def write_then_race(target: Store, entries: list[IndexEntry]) -> None:
         real_write(target, entries)
-        calls.append([e["run_id"] for e in entries])
-        if len(calls) == 1:  # a concurrent finisher's entry lands right after our first rebuild
-            store.write_text(store.path("index", "entries", "late.json"), json.dumps(entry("late")))
+        calls.append([e.run_id for e in entries])
+        if len(calls) == 1:  # a concurrent finisher's entry lands right after our first rebuild (an old one)
+            store.write_text(store.path("index", "entries", "late.json"), json.dumps(entry_doc("late")))
 
     monkeypatch.setattr(index, "_write_index", write_then_race)
     monkeypatch.setattr(index, "_index_lock", lambda _store: __import__("contextlib").nullcontext())
@@ -205,7 +222,7 @@ def test_failed_rebuild_keeps_the_previous_complete_index(tmp_path: Path, monkey
     update_index(store, entry("first"))
     before = (tmp_path / "store/index.json").read_text()
 
-    def broken(entries: list[dict[str, Any]], store: Store) -> str:
+    def broken(entries: list[IndexEntry], store: Store) -> str:
         raise RuntimeError("renderer crashed")
 
     monkeypatch.setattr(index, "render_index_html", broken)

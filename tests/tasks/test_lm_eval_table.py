@@ -6,11 +6,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from core.record import RunInfo
 from core.schema import RunMetrics
 from core.store import Store
 from envs.registry import ENVS
 from tasks.reporting.lm_eval import lm_eval_table
 from tasks.reporting.report import write_report
+from tests.tasks.conftest import benchmark_provenance, provenance, run_info
 
 STRICT, FLEXIBLE = "exact_match,strict-match", "exact_match,flexible-extract"
 
@@ -22,8 +24,9 @@ def gsm8k_rows(make_rollout: Any, label: str, strict: list[bool], flexible: list
     ]
 
 
-def provenance(*records: dict[str, Any]) -> dict[str, Any]:
-    return {"provenance": {"benchmarks": list(records)}}
+def with_benchmarks(*records: dict[str, Any]) -> RunInfo:
+    """A run whose provenance records these benchmarks (benchmark, env, options, max_tokens)."""
+    return run_info(run_id="r", model="m", provenance=provenance(*(benchmark_provenance(**r) for r in records)))
 
 
 def test_each_setting_gets_its_lm_eval_rows(
@@ -34,7 +37,7 @@ def test_each_setting_gets_its_lm_eval_rows(
     rows += [make_rollout(benchmark="tetris", prompt_id="t", info={})]  # declares no lm-eval metric
     specs = {label: ENVS["gsm8k"].metrics for label in ("gsm8k_0shot", "gsm8k_8shot")}
     metrics = RunMetrics.model_validate(metrics_of(rows, specs))
-    run_info = provenance(
+    info = with_benchmarks(
         {
             "benchmark": "gsm8k_0shot",
             "env": "gsm8k",
@@ -44,7 +47,7 @@ def test_each_setting_gets_its_lm_eval_rows(
         {"benchmark": "gsm8k_8shot", "env": "gsm8k", "options": {"fewshot": 8, "mode": "chat"}, "max_tokens": None},
         {"benchmark": "tetris", "env": "tetris", "options": {}},
     )
-    table = lm_eval_table(metrics, run_info)
+    table = lm_eval_table(metrics, info)
     assert table is not None
     se = lambda p, n: f"{math.sqrt(p * (1 - p) / (n - 1)):.4f}"  # noqa: E731  lm-eval's mean_stderr
     assert table.rows == [
@@ -55,7 +58,7 @@ def test_each_setting_gets_its_lm_eval_rows(
     ]
 
     # and it opens the markdown report, right under the headline
-    urls = write_report(str(tmp_path / "run"), metrics, {"run_id": "r", "model": "m", **run_info}, [], local_store)
+    urls = write_report(str(tmp_path / "run"), metrics, info, [], local_store)
     report = Path(urls["markdown"]).read_text()
     assert report.index("## Headline") < report.index("## lm-eval metrics") < report.index("## Run")
     assert "| gsm8k_8shot | 8-shot | exact_match,strict-match | 0.7500 |" in report
@@ -64,10 +67,10 @@ def test_each_setting_gets_its_lm_eval_rows(
 def test_runs_without_provenance_map_benchmarks_by_name(make_rollout: Any, metrics_of: Any) -> None:
     rows = gsm8k_rows(make_rollout, "gsm8k", [True, False], [True, False])
     metrics = RunMetrics.model_validate(metrics_of(rows, {"gsm8k": ENVS["gsm8k"].metrics}))
-    table = lm_eval_table(metrics, {})
+    table = lm_eval_table(metrics, run_info())  # no provenance: an older run
     assert table is not None and [r[:4] for r in table.rows] == [
         ["gsm8k", "defaults", STRICT, "0.5000"],
         ["gsm8k", "defaults", FLEXIBLE, "0.5000"],
     ]
     only_tetris = RunMetrics.model_validate(metrics_of([make_rollout(benchmark="tetris", info={})], {}))
-    assert lm_eval_table(only_tetris, {}) is None
+    assert lm_eval_table(only_tetris, run_info()) is None

@@ -98,6 +98,7 @@ def test_stops_beyond_the_apis_four_are_cut_client_side() -> None:
 
 def test_the_data_and_prompts_table_shows_each_benchmarks_token_limit(tmp_path: Path) -> None:
     from tasks.reporting.tables import provenance_sections
+    from tests.tasks.conftest import provenance
 
     config = EvalConfig.model_validate(
         {
@@ -108,6 +109,6 @@ def test_the_data_and_prompts_table_shows_each_benchmarks_token_limit(tmp_path: 
         }
     )
     records = [benchmark_provenance(b, None) for b in load_benchmarks(config, Store(str(tmp_path / "store")))]
-    (section,) = [s for s in provenance_sections({"benchmarks": records}) if s.title == "Data and prompts"]
+    (section,) = [s for s in provenance_sections(provenance(*records)) if s.title == "Data and prompts"]
     column = section.table.header.index("max tokens")
     assert [(row[0], row[column]) for row in section.table.rows] == [("short", "64"), ("math", "512")]

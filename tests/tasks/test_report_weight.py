@@ -13,6 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import pytest
 
+from core.record import RunInfo, RunStatus
 from core.schema import BenchmarkMetrics, PromptRow, RunMetrics
 from core.store import Store
 from tasks.analysis.metrics import compute_metrics
@@ -30,8 +31,9 @@ from tasks.reporting.headline import StoredHeadline
 from tasks.reporting.index import index_entry, update_index
 from tasks.reporting.index_page import StoredEntry, trend_figure
 from tasks.reporting.report import write_report
-from tasks.reporting.serve import make_server, serve_in_thread
+from tasks.reporting.serve import make_server
 from tasks.reporting.sweep import write_sweep_report
+from tests.tasks.conftest import serve_in_thread
 from tests.tasks.test_s3_e2e import BUCKET, s3_endpoint, s3_options  # noqa: F401 (s3_endpoint: a fixture)
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -135,7 +137,9 @@ def site(make_rollout: Callable[..., dict[str, Any]], write_batch: Callable[...,
 
     def build(store: Store) -> int:
         metrics = compute_metrics(files, store)
-        info = {"run_id": RUN_ID, "model": "tiny", "finished_at": "2025-01-01T00:00:00+00:00"}
+        info = RunInfo(
+            run_id=RUN_ID, model="tiny", status=RunStatus(state="complete"), finished_at="2025-01-01T00:00:00+00:00"
+        )
         urls = write_report(store.path("runs", RUN_ID), metrics, info, files, store)
         update_index(store, index_entry(info, metrics, urls, store.url))
         return store.read_text(urls["html"]).count('class="plotly-graph-div"')

@@ -14,6 +14,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from core.overrides import resolve_config
+from core.record import RunInfo, RunRecord
 from core.schema import EnvMetric, Interval, RunMetrics
 from core.store import Store
 from tasks.analysis.compare import compare
@@ -27,6 +28,7 @@ from tasks.reporting.report import (
     report_task,
     write_report,
 )
+from tests.tasks import conftest
 
 HEADLINE_CHARTS = 2  # rates with CIs, mean reward with its CI
 CHARTS = {"gsm8k": 5, "tetris": 6}  # tetris has tool calls: + mean reward by tool-call count
@@ -52,8 +54,8 @@ def declare_env_metrics(metrics: RunMetrics) -> RunMetrics:
     return metrics
 
 
-def run_info(**overrides: Any) -> dict[str, Any]:
-    info = {
+def run_info(**overrides: Any) -> RunInfo:
+    info: dict[str, Any] = {
         "run_id": "run-2025-01-01-abc",
         "flow_run_id": None,
         "model": "SmolLM2-135M-Instruct",
@@ -67,7 +69,7 @@ def run_info(**overrides: Any) -> dict[str, Any]:
         "timings": {"prepare_model": 12.5, "serve": 95.0, "collect": 1800.25, "analyze": 0.4},
     }
     info.update(overrides)
-    return info
+    return conftest.run_info(**info)
 
 
 @pytest.fixture
@@ -126,9 +128,12 @@ def test_writes_three_files_and_metrics_round_trip(report) -> None:
     assert all(Path(u).is_file() for u in urls.values())
     assert not list(Path(urls["html"]).parent.glob(".*.tmp"))  # atomic writes leave no temporaries
     saved = json.loads(read(urls["metrics"]))
+    record = RunRecord.model_validate(saved)  # metrics.json is a RunRecord (strict: no unknown key)
     run = saved.pop("run_info")
+    assert "comparison" not in saved  # no baseline, no comparison
     assert saved == json.loads(json.dumps(metrics.model_dump(mode="json")))
     assert run["run_id"] == "run-2025-01-01-abc" and run["timings"]["collect"] == 1800.25
+    assert record.run_info.timings["collect"] == 1800.25 and record.state == "complete"
 
 
 def test_markdown_report(report) -> None:
@@ -372,11 +377,12 @@ def test_the_run_table_shows_the_status_as_words_not_a_dict() -> None:
     from tasks.reporting.tables import run_sections
 
     status = {"state": "failed", "reason": "r", "failed_rollouts": 3, "planned_rollouts": 20, "failed_batches": []}
-    rows = dict(run_sections({"run_id": "x", "status": status})[0].table.rows)
-    assert rows["status"] == "failed (3 of 20 rollouts failed)"
-    assert dict(run_sections({"status": {**status, "state": "complete", "failed_rollouts": 0}})[0].table.rows) == {
-        "status": "complete"
-    }
+    rows = dict(run_sections(conftest.run_info(run_id="x", status=status))[0].table.rows)
+    assert rows["status"] == "failed (3 of 20 rollouts failed)" and rows["run_id"] == "x"
+    complete = conftest.run_info(status={**status, "state": "complete", "failed_rollouts": 0})
+    rows = dict(run_sections(complete)[0].table.rows)
+    assert rows["status"] == "complete"
+    assert not [v for v in rows.values() if "{" in v]  # no field of the run shown as a dict
 
 
 def test_a_sharded_run_lists_its_shards_in_their_own_table() -> None:
@@ -388,7 +394,7 @@ def test_a_sharded_run_lists_its_shards_in_their_own_table() -> None:
         {"index": 1, "batches": 2, "state": "Completed", "attempts": 2, "flow_runs": ["b", "c"], "seconds": 140.0,
          "message": ""},
     ]  # fmt: skip
-    sections = run_sections({"run_id": "x", "shards": shards})
+    sections = run_sections(conftest.run_info(run_id="x", shards=shards))
     assert "shards" not in dict(sections[0].table.rows)  # not a dict dumped into the Run table
     table = next(s.table for s in sections if s.title == "Shards")
     assert table.rows == [["1", "3", "Completed", "1", "61.2", "a"], ["2", "2", "Completed", "2", "140.0", "b, c"]]

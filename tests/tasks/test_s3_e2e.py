@@ -8,7 +8,6 @@ index behind.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -20,13 +19,16 @@ from typing import Any
 import fsspec
 import pytest
 
+from core.ports import free_port
+from core.record import IndexEntry, RunInfo, RunStatus
 from core.schema import RunMetrics, to_parquet_bytes
 from core.store import Store, StoreError
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.index import index_entry, update_index
 from tasks.reporting.report import write_report
-from tasks.reporting.serve import index_url, make_server, serve_in_thread
+from tasks.reporting.serve import index_url, make_server
 from tests.conftest import moto_s3
+from tests.tasks.conftest import serve_in_thread
 
 BUCKET = "evalflow-test"
 RUN_ID = "20250101-000000-s3test"
@@ -104,16 +106,17 @@ def write_run(store: Store, batches: dict[str, list[dict]]) -> list[str]:
     return files
 
 
-RUN_INFO = {
-    "run_id": RUN_ID,
-    "run_name": "s3-e2e",
-    "deployment": "nightly",
-    "model": "tiny",
-    "model_fingerprint": "fp",
-    "started_at": "2025-01-01T00:00:00+00:00",
-    "finished_at": "2025-01-01T01:00:00+00:00",
-    "config": {"store": {"storage_options": {"secret": "testing"}}},
-}
+RUN_INFO = RunInfo(
+    run_id=RUN_ID,
+    run_name="s3-e2e",
+    status=RunStatus(state="complete"),
+    deployment="nightly",
+    model="tiny",
+    model_fingerprint="fp",
+    started_at="2025-01-01T00:00:00+00:00",
+    finished_at="2025-01-01T01:00:00+00:00",
+    config={"store": {"storage_options": {"secret": "testing"}}},
+)
 
 
 def publish(store: Store, files: list[str]) -> tuple[RunMetrics, dict[str, str]]:
@@ -164,7 +167,7 @@ def test_concurrent_index_updates_on_s3_all_land(s3_endpoint: str, s3_store: str
     def finish(i: int) -> None:
         try:
             barrier.wait()
-            entry = {"run_id": f"run-{i}", "finished_at": f"2025-01-01T00:00:0{i}+00:00", "benchmarks": ["gsm8k"]}
+            entry = IndexEntry(run_id=f"run-{i}", finished_at=f"2025-01-01T00:00:0{i}+00:00", benchmarks=["gsm8k"])
             update_index(s3, entry)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -183,7 +186,7 @@ def test_a_missing_bucket_fails_clearly_and_leaves_no_index(s3_endpoint: str) ->
     opts = s3_options(s3_endpoint)
     bad_store = "s3://no-such-bucket-evalflow/store"
     with pytest.raises(StoreError, match=f"{bad_store}/index/entries/r1.json") as info:
-        update_index(Store(bad_store, opts), {"run_id": "r1"})
+        update_index(Store(bad_store, opts), IndexEntry(run_id="r1"))
     assert "bucket does not exist" in str(info.value)
     fs = fsspec.filesystem("s3", **opts)
     assert not fs.exists("no-such-bucket-evalflow/store/index.json")
@@ -195,15 +198,13 @@ def test_an_unreachable_store_fails_clearly(s3_endpoint: str, s3_store: str, mak
     opts = s3_options(s3_endpoint)
     s3 = Store(s3_store, opts)
     files = write_run(s3, synthetic_batches(make_rollout))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = free_port()
     bad_options = s3_options(f"http://127.0.0.1:{closed}", retries=1, config_kwargs={"retries": {"max_attempts": 1}})
     bad = Store(s3_store, bad_options)
     with pytest.raises(StoreError, match=r"cannot read rollout files s3://"):
         analyze(files, bad)
     with pytest.raises(StoreError, match=f"{s3_store}/index/entries/{RUN_ID}.json"):
-        update_index(bad, {"run_id": RUN_ID})
+        update_index(bad, IndexEntry(run_id=RUN_ID))
     with pytest.raises(StoreError, match=f"{s3_store}/runs/{RUN_ID}/metrics.json"):
         write_report(f"{s3_store}/runs/{RUN_ID}", analyze(files, s3), RUN_INFO, [], bad)
     fs = fsspec.filesystem("s3", **opts)

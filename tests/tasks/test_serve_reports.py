@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from core.record import IndexEntry
 from core.store import Store
 from tasks.reporting.index import update_index
-from tasks.reporting.serve import make_server, report_path, serve_in_thread
+from tasks.reporting.serve import make_server, report_path
+from tests.tasks.conftest import serve_in_thread
 from tests.tasks.test_s3_e2e import BUCKET, s3_endpoint, s3_options  # noqa: F401 (s3_endpoint: a fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +30,7 @@ def store_dir(tmp_path: Path) -> Path:
     (root / "runs" / "r1").mkdir(parents=True)
     (root / "runs" / "r1" / "report.html").write_text("<html>report r1</html>")
     entry = {"run_id": "r1", "report": "runs/r1/report.html", "finished_at": "2025-01-01T00:00:00"}
-    update_index(Store(str(root)), entry)
+    update_index(Store(str(root)), IndexEntry.model_validate(entry))
     return root
 
 

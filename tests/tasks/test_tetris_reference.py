@@ -11,6 +11,7 @@ from envs.registry import ENVS
 from envs.tetris_reference import QWEN3_4B
 from tasks.reporting.reference import reference_section, title
 from tasks.reporting.report import write_report
+from tests.tasks.conftest import benchmark_provenance, provenance, run_info
 
 TITLE = title(QWEN3_4B)
 
@@ -54,18 +55,14 @@ def test_the_report_shows_it_for_tetris_benchmarks_under_any_label(
     make_rollout: Any, metrics_of: Any, local_store: Store, tmp_path: Path
 ) -> None:
     metrics = tetris_metrics(make_rollout, metrics_of, label="tetris_tools")
-    run_info = {
-        "run_id": "r",
-        "model": "m",
-        "provenance": {"benchmarks": [{"benchmark": "tetris_tools", "env": "tetris"}]},
-    }
-    urls = write_report(str(tmp_path / "run"), metrics, run_info, [], local_store)
+    info = run_info(run_id="r", model="m", provenance=provenance(benchmark_provenance("tetris_tools", "tetris")))
+    urls = write_report(str(tmp_path / "run"), metrics, info, [], local_store)
     report = Path(urls["markdown"]).read_text()
     section = report[report.index(f"### {TITLE}") :]
     assert report.index("## Benchmark: tetris_tools") < report.index(f"### {TITLE}")
     assert "| success rate | 16.67% (1/6) | 5.09% (163/3,200) |" in section
     assert TITLE in Path(urls["html"]).read_text()
     # a benchmark of another environment has none
-    other = write_report(str(tmp_path / "other"), metrics, {"run_id": "r", "model": "m", "provenance": {
-        "benchmarks": [{"benchmark": "tetris_tools", "env": "gsm8k"}]}}, [], local_store)  # fmt: skip
+    gsm8k = run_info(run_id="r", model="m", provenance=provenance(benchmark_provenance("tetris_tools", "gsm8k")))
+    other = write_report(str(tmp_path / "other"), metrics, gsm8k, [], local_store)
     assert TITLE not in Path(other["markdown"]).read_text()

@@ -1,0 +1,51 @@
+"""Reading documents an older evalflow wrote: keep the keys today's models declare, drop the ones a later
+schema version retired. Only ever applied to documents of an older version; today's are read strictly
+(an unknown key in them is a bug, and fails validation)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def _models(annotation: Any) -> list[tuple[str, type[BaseModel]]]:
+    """The models a field holds, and how: "one" (a model or an optional one), "list", or "dict" (values)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [("one", annotation)]
+    if origin in (typing.Union, types.UnionType):
+        return [found for arg in args for found in _models(arg)]
+    if origin is list and args:
+        return [("list", m) for _, m in _models(args[0])]
+    if origin is dict and len(args) == 2:
+        return [("dict", m) for how, m in _models(args[1]) if how == "one"] + [
+            ("dict-dict", m) for how, m in _models(args[1]) if how == "dict"
+        ]
+    return []
+
+
+def strip_unknown(model: type[BaseModel], data: Any) -> Any:
+    """`data` with every key `model` (and the models nested in it) does not declare removed."""
+    if not isinstance(data, dict):
+        return data
+    fields = model.model_fields
+    out = {}
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            continue
+        for how, sub in _models(field.annotation):
+            if how == "one" and isinstance(value, dict):
+                value = strip_unknown(sub, value)
+            elif how == "list" and isinstance(value, list):
+                value = [strip_unknown(sub, v) for v in value]
+            elif how == "dict" and isinstance(value, dict):
+                value = {k: strip_unknown(sub, v) for k, v in value.items()}
+            elif how == "dict-dict" and isinstance(value, dict):
+                value = {k: {kk: strip_unknown(sub, vv) for kk, vv in v.items()} if isinstance(v, dict) else v
+                         for k, v in value.items()}  # fmt: skip
+        out[key] = value
+    return out

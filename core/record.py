@@ -1,0 +1,270 @@
+"""The run record: one typed, versioned document of what a run was, how it ended and what it measured.
+
+`RunRecord` is metrics.json: the metrics (`RunMetrics`' fields, at the top level as before) plus
+`run_info` (identity, status, timings, provenance, ...) and the baseline `comparison`. The eval flow fills
+it stage by stage and returns it in every mode (a dry run's is "planned", a shard child's "collected"); the
+report, the run index and the next run's comparison read it back. Every model forbids unknown keys: a key
+evalflow writes but does not declare is a bug. Documents of older schema versions (2-4: run_info and
+comparison were free-form) load through `RunRecord.migrate`, which renames what was renamed and drops
+what a later version retired.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from core.migrate import strip_unknown
+from core.schema import METRICS_SCHEMA_VERSION, RunMetrics
+
+RunState = Literal["planned", "collected", "complete", "incomplete", "failed"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FailedBatch(_Record):
+    """A batch with failed rollouts (tasks.collection.failures.FailureSummary)."""
+
+    benchmark: str
+    index: int
+    size: int
+    failed: int
+    kind: str
+    reasons: list[tuple[str, int]] = Field(default_factory=list)
+
+
+class RunStatus(_Record):
+    """How the run ended: "complete" (every planned rollout), "incomplete" (some failed transiently, left
+    out), "failed" (a configuration failure, or too many failures); "planned" for a dry run, "collected"
+    for a shard child (its batches are in the store, the parent reports)."""
+
+    state: RunState
+    reason: str = ""
+    failed_rollouts: int = 0
+    planned_rollouts: int = 0
+    failed_batches: list[FailedBatch] = Field(default_factory=list)
+
+
+class ShardRun(_Record):
+    """One child flow run that collected part of a sharded run's batches (flows.shards.ShardRun)."""
+
+    index: int
+    batches: int
+    state: str
+    attempts: int
+    flow_runs: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+    message: str = ""
+
+
+class LongPrompts(_Record):
+    """What the token count at plan time found (tasks.collection.prompt_length)."""
+
+    limit: int
+    longest: int
+    policy: str
+    prompts: int
+    skipped: int
+
+
+class EvalflowVersion(_Record):
+    version: str | None = None
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+class RuntimeVersions(_Record):
+    flavor: str
+    vllm: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    error: str | None = None  # the runtime's Python could not report its versions
+
+
+class Hardware(_Record):
+    cpu: str | None = None
+    cores: int | None = None
+    gpus: list[str] = Field(default_factory=list)
+    machine: str | None = None
+
+
+class BenchmarkProvenance(_Record):
+    benchmark: str
+    env: str
+    env_version: str
+    options: dict[str, Any] = Field(default_factory=dict)  # the environment's own options, as configured
+    max_tokens: int | None = None
+    dataset: str | None = None
+    rows: int
+    dataset_hash: str
+    prompt_template_hash: str
+
+
+class Provenance(_Record):
+    """What produced the run (tasks.collection.provenance): two runs whose provenance matches sampled alike."""
+
+    evalflow: EvalflowVersion
+    python: str
+    prefect: str | None = None
+    runtime: RuntimeVersions | None = None
+    # the server settings that change samples: mode, runtime, dtype, vLLM flags, the CPU choice (open-ended)
+    server: dict[str, Any] = Field(default_factory=dict)
+    hardware: Hardware
+    benchmarks: list[BenchmarkProvenance] = Field(default_factory=list)
+
+
+class RunInfo(_Record):
+    """The run's identity and how it went. `config` is the validated config with credentials redacted."""
+
+    run_id: str
+    run_name: str | None = None
+    status: RunStatus
+    flow_run_id: str | None = None
+    model: str
+    model_source: str | None = None
+    model_fingerprint: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    deployment: str | None = None
+    provenance: Provenance | None = None
+    shards: list[ShardRun] = Field(default_factory=list)
+    long_prompts: dict[str, LongPrompts] = Field(default_factory=dict)
+    # a training run's checkpoint: the run it belongs to and its step (None for a single checkpoint)
+    training_run: str | None = None
+    step: int | None = None
+
+
+class RunSummary(_Record):
+    """A run as a comparison names it."""
+
+    run_id: str | None = None
+    run_name: str | None = None
+    deployment: str | None = None
+    model: str | None = None
+    model_fingerprint: str | None = None
+    finished_at: str | None = None
+    report: str | None = None
+
+
+class ComparisonRow(_Record):
+    """One metric of one benchmark, current against baseline, with the delta's 95% CI (tasks.analysis.compare)."""
+
+    label: str
+    kind: Literal["rate", "mean"]
+    method: str
+    current: float
+    baseline: float
+    delta: float
+    low: float | None = None
+    high: float | None = None
+    n_current: int
+    n_baseline: int
+    regression: bool = False
+    improvement: bool = False
+
+
+class Missing(_Record):
+    current_only: list[str] = Field(default_factory=list)
+    baseline_only: list[str] = Field(default_factory=list)
+
+
+class Comparison(_Record):
+    """A run against its baseline: per benchmark, each headline metric's row; the flagged ones listed."""
+
+    level: float
+    current: RunSummary | None = None
+    baseline: RunSummary | None = None
+    benchmarks: dict[str, dict[str, ComparisonRow]] = Field(default_factory=dict)
+    regressions: list[str] = Field(default_factory=list)
+    improvements: list[str] = Field(default_factory=list)
+    missing: Missing = Field(default_factory=Missing)
+
+
+class IndexEntry(_Record):
+    """A run's line in the run index (`<store>/index/entries/<run_id>.json`, gathered into index.json):
+    identity, how it ended, its headline numbers per benchmark and where its files are (relative to the
+    store root). Entries written before entries had a version are read through `migrate`."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)  # old entries may hold numeric ids
+
+    schema_version: int = METRICS_SCHEMA_VERSION
+    run_id: str
+    run_name: str | None = None
+    status: RunState = "complete"  # runs indexed before statuses existed all completed
+    deployment: str | None = None
+    flow_run_id: str | None = None
+    model: str | None = None
+    model_fingerprint: str | None = None
+    training_run: str | None = None
+    step: int | None = None
+    benchmarks: list[str] = Field(default_factory=list)
+    started_at: str | None = None
+    finished_at: str | None = None
+    total_rollouts: int = 0
+    # per benchmark: prompts, n, accuracy and its CI, pass@1/n, maj@n, mean reward and its CI, and the
+    # environment's headline metrics by their own keys (so the keys are open)
+    headline: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    report: str | None = None
+    metrics: str | None = None
+    markdown: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("schema_version", 0) < METRICS_SCHEMA_VERSION:
+            return {**strip_unknown(cls, data), "schema_version": METRICS_SCHEMA_VERSION}
+        return data
+
+
+class Collection(_Record):
+    """Where the run's rollouts and report are, what was collected, and the server that served it. Returned
+    by the flow, not written to metrics.json (report URLs and server processes are this run's, not its record)."""
+
+    run_dir: str
+    reports: dict[str, str] = Field(default_factory=dict)
+    batches_total: int = 0
+    batches_cached: int = 0
+    server: dict[str, Any] = Field(default_factory=dict)  # pid, port, log, slot, restarts, replicas, shards
+    plan: dict[str, Any] | None = None  # a dry run's plan, as `evalflow run --dry-run` prints it
+
+
+class RunRecord(RunMetrics):
+    """metrics.json: the metrics, the run's info and its comparison with a baseline."""
+
+    run_info: RunInfo
+    comparison: Comparison | None = None
+    collection: Collection | None = Field(default=None, exclude=True)
+
+    @property
+    def state(self) -> RunState:
+        return self.run_info.status.state
+
+    @classmethod
+    def migrate(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A document of schema 2-4 in today's shape: run_info's renamed keys (`stage_timings` -> `timings`,
+        a status given as a bare state), the identity a run had before every field existed, and (through
+        RunMetrics.migrate) every key a later version retired dropped. Today's documents pass unchanged."""
+        if data.get("schema_version", METRICS_SCHEMA_VERSION) >= METRICS_SCHEMA_VERSION:
+            return data
+        info = dict(data.get("run_info") or {})
+        if "stage_timings" in info and "timings" not in info:
+            info["timings"] = info.pop("stage_timings")
+        status = info.get("status")
+        info["status"] = {"state": status} if isinstance(status, str) else status or {"state": "complete"}
+        info.setdefault("run_id", "unknown")
+        info.setdefault("model", "unknown")
+        old = {**data, "run_info": info}
+        comparison = old.get("comparison")
+        if comparison is None:
+            old.pop("comparison", None)
+        else:  # rows before schema 4 did not say how their interval was made
+            version = data.get("schema_version", "?")
+            for rows in (comparison.get("benchmarks") or {}).values():
+                for row in rows.values():
+                    row.setdefault("method", f"not recorded (schema_version {version})")
+        return super().migrate(old)
