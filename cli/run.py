@@ -36,8 +36,8 @@ def run(
     from core.overrides import resolve_config
 
     try:
-        resolved = resolve_config(config, overrides or [])
-    except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
+        resolved = resolve_config(config, overrides or [])  # a bad file, override or field: a ConfigError
+    except (ValueError, OSError) as exc:
         fail("invalid configuration", exc)
 
     if dry_run:
@@ -51,32 +51,22 @@ def run(
     # the temporary API (seconds to start) starts first and comes up while the pipeline is imported and planned
     with started_api() as api:
         _plan(resolved, dry_run=False)
-        from flows.eval import INPUT_ERRORS, eval_flow
-        from tasks.checkpoints.errors import CheckpointError
-        from tasks.collection.failures import RunFailed
+        from flows.eval import eval_flow
 
-        try:
-            with api.serving() if api else contextlib.nullcontext():
-                result = asyncio.run(eval_flow(resolved))  # the flow logs the summary table
-        except RunFailed as exc:  # logged by the flow with its report; the process says it failed
-            typer.echo(f"run failed: {exc}", err=True)
-            raise typer.Exit(1) from None
-        except INPUT_ERRORS as exc:  # what the plan could not see (a conversion that fails): one line, as there
-            fail("cannot prepare the model" if isinstance(exc, CheckpointError) else "cannot run", exc)
-    for kind, url in result["reports"].items():
+        # The flow logs the summary table. What the plan could not see (a conversion that fails) and a run
+        # that ends Failed (logged by the flow with its report) are EvalflowErrors: the `evalflow` group
+        # prints their one line (`checkpoint error: ...`, `run failed: ...`) and exits 2, or 1 for a run.
+        with api.serving() if api else contextlib.nullcontext():
+            result = asyncio.run(eval_flow(resolved))
+    for kind, url in result.collection.reports.items():
         typer.echo(f"{kind}: {url}")
 
 
 def _plan(resolved: EvalConfig, dry_run: bool) -> dict[str, Any]:
     """The run's plan; bad data, model, store or endpoint fail here, in seconds, before the Prefect engine starts."""
-    from core.resolve import BlockNotFound
-    from core.store import StoreError
-    from envs.base import DatasetError
     from flows.plan import plan_run
-    from tasks.checkpoints.errors import CheckpointError
 
-    checks = (CheckpointError, DatasetError, BlockNotFound, StoreError, ValueError, OSError)
     try:
         return plan_run(resolved, probe=not dry_run)
-    except checks as exc:
+    except (ValueError, OSError) as exc:  # evalflow's own say their kind (a DatasetError: `dataset error: ...`)
         fail("dry run" if dry_run else "cannot start the run", exc)
