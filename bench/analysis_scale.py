@@ -242,6 +242,7 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
         timings[name], cpu[name] = time.perf_counter() - started, _cpu() - cpu_started
 
     t0, c0 = time.perf_counter(), _cpu()
+    from core.record import RunInfo, RunStatus
     from envs.registry import metric_specs
     from tasks.analysis.metrics import compute_metrics
     from tasks.reporting.index import index_entry, update_index
@@ -250,15 +251,15 @@ def worker(store_url: str, files: list[str]) -> dict[str, Any]:
     phase("import", t0, c0)
     store = Store(store_url)
     run_dir = store.path("runs", RUN_ID)
-    run_info = {
-        "run_id": RUN_ID,
-        "run_name": "bench",
-        "model": "bench-model",
-        "model_fingerprint": "sha256:bench",
-        "started_at": "2025-06-01T00:00:00+00:00",
-        "finished_at": "2025-06-01T02:00:00+00:00",
-        "config": {},
-    }
+    run_info = RunInfo(
+        run_id=RUN_ID,
+        run_name="bench",
+        status=RunStatus(state="complete"),
+        model="bench-model",
+        model_fingerprint="sha256:bench",
+        started_at="2025-06-01T00:00:00+00:00",
+        finished_at="2025-06-01T02:00:00+00:00",
+    )
     t, c = time.perf_counter(), _cpu()
     metrics = compute_metrics(files, store, metric_specs(BENCHMARKS))
     phase("compute_metrics", t, c)

@@ -24,6 +24,7 @@ from pathlib import Path
 from core.config import ModelConfig
 from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.prepare import prepare_model_impl
+from tasks.checkpoints.results import DcpExport
 from tasks.checkpoints.runner import run_script
 from tasks.checkpoints.sources import find_default_gguf
 from tasks.runtime.venv import ensure_runtime
@@ -68,7 +69,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.workdir))
     try:
         step = work / "run" / "step_1"
-        run_script(runtime, "hf_to_dcp.py", [original.path, str(step), "--files", "2"], "writing the DCP checkpoint")
+        export = [original.path, str(step), "--files", "2"]
+        run_script(runtime, "hf_to_dcp.py", export, "writing the DCP checkpoint", DcpExport)
         weights = sorted((step / "policy" / "weights").iterdir())
         gguf = find_default_gguf(runtime)
         rows = [

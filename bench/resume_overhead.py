@@ -101,15 +101,15 @@ def print_table(rows: list[tuple[str, float, dict[str, Any], dict[str, float]]],
 def measure_cached(config_path: str, overrides: list[str], runs: int) -> None:
     config = resolve_config(config_path, overrides)
     planned = plan_run(config)
-    if planned["rollouts"]["to_generate"]:
-        raise SystemExit(f"not fully cached: {planned['rollouts']} (run it once, or give a store that holds it)")
+    if planned.rollouts.to_generate:
+        raise SystemExit(f"not fully cached: {planned.rollouts} (run it once, or give a store that holds it)")
     rows = []
     with prefect_api():
         for label in ("cached rerun, in process", "again, in process"):
             started = time.perf_counter()
             result = asyncio.run(eval_flow(config))
             rows.append((label, time.perf_counter() - started, result.collection, result.run_info.timings))
-    print(f"\n{planned['rollouts']['total']:,} rollouts, all cached ({config_path} {' '.join(overrides)})")
+    print(f"\n{planned.rollouts.total:,} rollouts, all cached ({config_path} {' '.join(overrides)})")
     print_table(rows, fresh_processes(Path(config_path), overrides, runs))
 
 

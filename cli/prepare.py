@@ -90,7 +90,7 @@ def prepare(
     # Errors are EvalflowErrors, printed in one line by the `evalflow` group; these say what the user typed.
     try:
         if dry_run:
-            typer.echo(json.dumps(plan_model(cfg, runtime), indent=2, default=str))
+            typer.echo(json.dumps(plan_model(cfg, runtime).model_dump(mode="json"), indent=2))
             return
         prepared = prepare_model_impl(cfg, runtime)
     except CheckpointError as exc:

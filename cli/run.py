@@ -42,7 +42,7 @@ def run(
 
     if dry_run:
         plan = _plan(resolved, dry_run=True)
-        typer.echo(json.dumps(plan, indent=2, default=str))
+        typer.echo(json.dumps(plan.model_dump(mode="json"), indent=2))
         return
     from ops.api import started_api
 

@@ -53,11 +53,13 @@ def sweep(
             for values, data in points:
                 plan = plan_run(EvalConfig.model_validate(data))
                 typer.echo(
-                    json.dumps({"values": values, "rollouts": plan["rollouts"], "model": plan["model"]}, default=str)
+                    json.dumps(
+                        {"values": values, "rollouts": plan.rollouts.model_dump(), "model": plan.model}, default=str
+                    )
                 )
         except ValueError as exc:
             fail("dry run", exc)
         return
     target = None if local else (deployment or spec.deployment)
     result = asyncio.run(sweep_flow(base_config, spec.grid, deployment=target, name=spec.name))
-    typer.echo(f"sweep report: {result['reports']['html']}")
+    typer.echo(f"sweep report: {result.reports['html']}")

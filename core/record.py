@@ -221,6 +221,64 @@ class IndexEntry(_Record):
         return data
 
 
+class BenchmarkPlan(_Record):
+    prompts: int
+    repeats: int
+    long_prompts: LongPrompts | None = None
+
+
+class BatchCount(_Record):
+    total: int | None = None  # None: the model's fingerprint is not known before it is prepared
+    cached: int = 0
+
+
+class RolloutCount(_Record):
+    total: int
+    cached: int
+    to_generate: int
+
+
+class RunPlan(_Record):
+    """What a run would do (flows.plan.plan_run; `evalflow run --dry-run` prints it): the config with credentials
+    redacted, the model's preparation plan (tasks.checkpoints' ModelPlan, or an external server's), per benchmark
+    its prompts, and how many batches and rollouts are cached or to generate."""
+
+    config: dict[str, Any]
+    model: dict[str, Any]
+    benchmarks: dict[str, BenchmarkPlan] = Field(default_factory=dict)
+    batches: BatchCount = Field(default_factory=BatchCount)
+    rollouts: RolloutCount
+    shards: str | None = None
+    would_start: str
+
+
+class Slot(_Record):
+    """The devices a managed server was given (tasks.serving.slots), and how long it waited for them."""
+
+    kind: str
+    devices: list[str] = Field(default_factory=list)
+    waited_s: float = 0.0
+
+
+class Replica(_Record):
+    """One replica of an external endpoint: the requests it took, and whether it was in at the end."""
+
+    url: str
+    requests: int = 0
+    up: bool = True
+
+
+class ServerInfo(_Record):
+    """The server this run started (its last process, after any restart), or the external replicas it used."""
+
+    pid: int | None = None
+    port: int | None = None
+    log: str | None = None
+    slot: Slot | None = None
+    restarts: int = 0
+    replicas: list[Replica] = Field(default_factory=list)
+
+
 class Collection(_Record):
     """Where the run's rollouts and report are, what was collected, and the server that served it. Returned
     by the flow, not written to metrics.json (report URLs and server processes are this run's, not its record)."""
@@ -229,8 +287,8 @@ class Collection(_Record):
     reports: dict[str, str] = Field(default_factory=dict)
     batches_total: int = 0
     batches_cached: int = 0
-    server: dict[str, Any] = Field(default_factory=dict)  # pid, port, log, slot, restarts, replicas, shards
-    plan: dict[str, Any] | None = None  # a dry run's plan, as `evalflow run --dry-run` prints it
+    server: ServerInfo = Field(default_factory=ServerInfo)
+    plan: RunPlan | None = None  # a dry run's plan
 
 
 class RunRecord(RunMetrics):

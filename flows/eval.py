@@ -26,7 +26,7 @@ from prefect.runtime import flow_run as prefect_flow_run
 from core import store as store_paths
 from core.config import EvalConfig
 from core.logs import Stages, get_logger, quiet_tracebacks
-from core.record import Collection, RunInfo, RunRecord, RunStatus, ShardRun
+from core.record import Collection, Provenance, Replica, RunInfo, RunRecord, RunStatus, ServerInfo, ShardRun, Slot
 from core.secrets import redact
 from core.store import Store
 from flows.plan import check_endpoints, external_endpoint, plan_run, preflight
@@ -137,11 +137,11 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
 def planned_run(config: EvalConfig) -> RunRecord:
     """A dry run: the plan (plan_run) as a "planned" record; nothing converted, started or written."""
     summary = plan_run(config)
-    get_logger().info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
-    model = summary["model"].get("served_name") or config.model.served_name or config.model.source
+    get_logger().info("dry run:\n%s", summary.model_dump_json(indent=2))
+    model = summary.model.get("served_name") or config.model.served_name or config.model.source
     info = RunInfo(
         run_id="dry-run", run_name=config.run_name, status=RunStatus(state="planned"), model=str(model),
-        model_source=config.model.source, config=summary["config"], deployment=prefect_deployment.name,
+        model_source=config.model.source, config=summary.config, deployment=prefect_deployment.name,
     )  # fmt: skip
     return RunRecord(run_info=info, collection=Collection(run_dir="", plan=summary))
 
@@ -215,9 +215,11 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
     """The parent run: collect (here, or by shard child flow runs), analyse, compare, report."""
     logger, config, store, run_id = get_logger(), prepared.config, prepared.store, prepared.run_id
     server: VLLMServer | None = None
+    shard_runs: list[ShardRun] = []
     if prepared.deployment is not None and prepared.shards > 1 and len(prepared.missing) > 1:
         with stages("shards"):  # else collected here, as unsharded
-            collected, server_info = await _collect_sharded(prepared)
+            collected, shard_runs = await _collect_sharded(prepared)
+        server_info = ServerInfo()  # each shard started its own
     else:
         collected, server, server_info = await _collect_here(prepared, stages, "vllm.log")
     status = collected.status(config.collection.max_failed_share)
@@ -232,7 +234,7 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
         votes = {b.name for b in prepared.benchmarks if b.env.majority_vote}
         metrics = analyze_task(files, store, specs, votes)
     with stages("report"):
-        info = _run_info(prepared, status, stages, server, server_info.get("shards"))
+        info = _run_info(prepared, status, stages, server, shard_runs)
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, info, read_entries(store), config.baseline_run_id)
         urls = report_task(prepared.run_dir, metrics, info, files, store, comparison=comparison)
@@ -254,7 +256,7 @@ def _run_info(
 ) -> RunInfo:
     flow_ctx = FlowRunContext.get()
     config = prepared.config
-    long_prompts = {b.name: b.long_prompts for b in prepared.benchmarks if b.long_prompts and b.long_prompts["skipped"]}
+    long_prompts = {b.name: b.long_prompts for b in prepared.benchmarks if b.long_prompts and b.long_prompts.skipped}
     return RunInfo(
         run_id=prepared.run_id,
         run_name=config.run_name,
@@ -274,7 +276,7 @@ def _run_info(
     )
 
 
-def _collection(prepared: Prepared, server: dict[str, Any], reports: dict[str, str] | None = None) -> Collection:
+def _collection(prepared: Prepared, server: ServerInfo, reports: dict[str, str] | None = None) -> Collection:
     return Collection(
         run_dir=prepared.run_dir,
         reports=reports or {},
@@ -301,12 +303,12 @@ def _context(prepared: Prepared, endpoint: Endpoint | None, server_ready: Any = 
 
 async def _collect_here(
     prepared: Prepared, stages: Stages, log_name: str
-) -> tuple[Collected, VLLMServer | None, dict[str, Any]]:
+) -> tuple[Collected, VLLMServer | None, ServerInfo]:
     """Collect the run's batches in this flow run: with a managed server in one of this host's server
     slots (stopped on any exit), or with the external endpoint; with neither when every batch is cached."""
     logger, config, store = get_logger(), prepared.config, prepared.store
     server: VLLMServer | None = None
-    server_info: dict[str, Any] = {}
+    server_info = ServerInfo()
     run_dir, work, batch_task = prepared.run_dir, prepared.work, prepared.batch_task
     local_logs = Path(run_dir) / "logs" if store_paths.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
     async with contextlib.AsyncExitStack() as stack:
@@ -323,9 +325,10 @@ async def _collect_here(
                     )
                     server = VLLMServer(runtime, prepared.model, config.server, local_logs / log_name, pin=slot.env)
                     endpoint = await asyncio.to_thread(server.start)
-                    server_info = {"pid": server.pid, "port": server.port, "log": str(server.log_path),
-                                   "slot": {"kind": slot.kind, "devices": list(slot.devices),
-                                            "waited_s": round(slot.waited_s, 1)}}  # fmt: skip
+                    server_info = ServerInfo(
+                        pid=server.pid, port=server.port, log=str(server.log_path),
+                        slot=Slot(kind=slot.kind, devices=list(slot.devices), waited_s=round(slot.waited_s, 1)),
+                    )  # fmt: skip
                     check_endpoints(endpoint, config, prepared.benchmarks)
                 else:
                     endpoint = external_endpoint(config)
@@ -337,14 +340,14 @@ async def _collect_here(
                         stack.push_async_callback(ctx.aclose)
                         collected = await collect_all(ctx, work, batch_task)
                     # a restart is a new process: the info names the one that served last
-                    server_info.update(pid=server.pid, restarts=watchdog.restarts)
+                    server_info = server_info.model_copy(update={"pid": server.pid, "restarts": watchdog.restarts})
                 else:
                     ctx = _context(prepared, endpoint)
                     stack.push_async_callback(ctx.aclose)
                     collected = await collect_all(ctx, work, batch_task)
                     if endpoint is not None and len(endpoint.urls) > 1:  # requests each replica took
-                        server_info["replicas"] = [{"url": r.url, "requests": r.requests, "up": r.up}
-                                                   for r in ctx.pool().replicas]  # fmt: skip
+                        replicas = [Replica(url=r.url, requests=r.requests, up=r.up) for r in ctx.pool().replicas]
+                        server_info = ServerInfo(replicas=replicas)
         finally:
             if server is not None:
                 with stages("stop_server"):
@@ -354,7 +357,7 @@ async def _collect_here(
     return collected, server, server_info
 
 
-async def _collect_sharded(prepared: Prepared) -> tuple[Collected, dict[str, Any]]:
+async def _collect_sharded(prepared: Prepared) -> tuple[Collected, list[ShardRun]]:
     """Collect the missing batches with child flow runs of the deployment, then read every batch of the run
     from the store; a batch no shard finished counts as failed (its kept rollouts are analysed)."""
     config, store, storage = prepared.config, prepared.store, prepared.storage
@@ -379,10 +382,10 @@ async def _collect_sharded(prepared: Prepared) -> tuple[Collected, dict[str, Any
     lost = [lost_batch(store, p.batch, why.get(p.batch.cache_key, "not collected")) for p in replanned
             if p.cached is None]  # fmt: skip
     collected = Collected(done.results, lost, planned_rollouts=sum(p.batch.size for p in replanned))
-    return collected, {"shards": [run.as_record() for run in runs]}
+    return collected, [run.as_record() for run in runs]
 
 
-def _provenance(config: EvalConfig, benchmarks: list[Benchmark], server: VLLMServer | None) -> dict[str, Any]:
+def _provenance(config: EvalConfig, benchmarks: list[Benchmark], server: VLLMServer | None) -> Provenance:
     """The run's provenance; for a run that started no server, the runtime a managed run would use."""
     runtime = server.runtime if server is not None else None
     if runtime is None and config.server.mode == "managed":

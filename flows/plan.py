@@ -3,18 +3,18 @@ run (`evalflow run --dry-run`), the command line's pre-flight and the flow's fir
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect.runtime import deployment as prefect_deployment
 from prefect.runtime import flow_run as prefect_flow_run
+from pydantic import BaseModel, ConfigDict
 
 from core.config import EvalConfig
+from core.record import BatchCount, BenchmarkPlan, RolloutCount, RunPlan
 from core.resolve import resolve
 from core.secrets import redact
 from core.store import Store
 from envs.base import SingleTurnEnv
 from flows.shards import deployment_name as shard_deployment
-from tasks.checkpoints.prepare import plan_model
+from tasks.checkpoints.prepare import ModelPlan, plan_model
 from tasks.collection.cache import result_storage
 from tasks.collection.plan import Benchmark, load_benchmarks, plan
 from tasks.collection.prompt_length import check_prompt_lengths, local_folder
@@ -54,7 +54,23 @@ def external_endpoint(config: EvalConfig) -> Endpoint:
     return Endpoint(urls[0], name, config.server.api_key.get_secret_value(), replicas)
 
 
-def preflight(config: EvalConfig, probe: bool = True) -> tuple[EvalConfig, Store, list[Benchmark], dict[str, Any]]:
+class ExternalPlan(BaseModel):
+    """The model section of an external server's plan: the name it serves stands for the model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: str
+    served_name: str
+    fingerprint: str
+
+    @property
+    def target(self) -> None:  # nothing is served from here
+        return None
+
+
+def preflight(
+    config: EvalConfig, probe: bool = True
+) -> tuple[EvalConfig, Store, list[Benchmark], ModelPlan | ExternalPlan]:
     """Every check that costs seconds, before anything that costs minutes: blocks resolve, the store is
     writable, datasets load and validate, the model source is located and hashed. Returns (config
     with blocks applied, store, benchmarks, model plan). Without `probe` (a dry run) a local store is
@@ -66,11 +82,11 @@ def preflight(config: EvalConfig, probe: bool = True) -> tuple[EvalConfig, Store
     if config.server.mode == "managed":
         return config, store, benchmarks, plan_model(config.model, config.server.runtime)
     name = external_endpoint(config).model
-    plan = {"action": f"none: external server {', '.join(config.server.base_urls)}", "served_name": name}
-    return config, store, benchmarks, {**plan, "fingerprint": f"external:{name}"}
+    action = f"none: external server {', '.join(config.server.base_urls)}"
+    return config, store, benchmarks, ExternalPlan(action=action, served_name=name, fingerprint=f"external:{name}")
 
 
-def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
+def plan_run(config: EvalConfig, probe: bool = False) -> RunPlan:
     """What a run would do, starting nothing: no conversion, no server, no store writes (but the
     store's write probe with `probe`, as a real run's command line does before it starts).
 
@@ -83,8 +99,7 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
     if config.collection.shards != 1:  # outside a deployment run, only with collection.shard_deployment
         deployment = shard_deployment(config, prefect_flow_run.flow_name, prefect_deployment.name)
         shards = f"{config.collection.shards} child flow runs of {deployment}"
-    fingerprint = model_plan.get("fingerprint")
-    target = model_plan.get("target")
+    fingerprint, target = model_plan.fingerprint, model_plan.target
     if config.server.mode == "managed" and fingerprint and target and local_folder(target) is not None:
         # the served folder is here already (cached conversion, HF folder): prompts are counted now
         benchmarks = check_prompt_lengths(benchmarks, config, target, fingerprint)
@@ -96,20 +111,21 @@ def plan_run(config: EvalConfig, probe: bool = False) -> dict[str, Any]:
     to_generate = total - sum(p.batch.size for p in cached)
     if to_generate and config.server.mode == "external":
         check_endpoints(external_endpoint(config), config, benchmarks)
-    return {
-        "config": redact(config.model_dump(mode="json")),
-        "model": model_plan,
-        "benchmarks": {
-            b.name: {"prompts": len(b.rows), "repeats": b.repeats, "long_prompts": b.long_prompts} for b in benchmarks
+    return RunPlan(
+        config=redact(config.model_dump(mode="json")),
+        model=model_plan.model_dump(mode="json"),
+        benchmarks={
+            b.name: BenchmarkPlan(prompts=len(b.rows), repeats=b.repeats, long_prompts=b.long_prompts)
+            for b in benchmarks
         },
-        "batches": {"total": len(work) or None, "cached": len(cached)},
-        "rollouts": {"total": total, "cached": total - to_generate, "to_generate": to_generate},
-        "shards": shards,
-        "would_start": (
+        batches=BatchCount(total=len(work) or None, cached=len(cached)),
+        rollouts=RolloutCount(total=total, cached=total - to_generate, to_generate=to_generate),
+        shards=shards,
+        would_start=(
             "nothing: every batch is cached"
             if not to_generate
-            else f"vLLM ({config.server.runtime}) for {model_plan.get('served_name')}"
+            else f"vLLM ({config.server.runtime}) for {model_plan.served_name}"
             if config.server.mode == "managed"
             else f"requests to {', '.join(config.server.base_urls)}"
         ),
-    }
+    )

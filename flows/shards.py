@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from core import store as store_paths
 from core.config import EvalConfig
 from core.logs import get_logger
+from core.record import ShardRun as ShardRecord
 from core.store import Store
 from tasks.collection.batch import partial_url
 from tasks.collection.cache import lookup
@@ -163,10 +164,11 @@ class ShardRun:
     message: str = ""
     seconds: float = 0.0
 
-    def as_record(self) -> dict[str, Any]:
-        return {"index": self.shard.index, "batches": len(self.shard.batches), "state": self.state,
-                "attempts": len(self.flow_run_ids), "flow_runs": [str(i) for i in self.flow_run_ids],
-                "seconds": round(self.seconds, 1), "message": self.message}  # fmt: skip
+    def as_record(self) -> ShardRecord:
+        """The shard as the run record lists it (run_info.shards)."""
+        return ShardRecord(index=self.shard.index, batches=len(self.shard.batches), state=self.state,
+                           attempts=len(self.flow_run_ids), flow_runs=[str(i) for i in self.flow_run_ids],
+                           seconds=round(self.seconds, 1), message=self.message)  # fmt: skip
 
 
 async def _submit(deployment: str, parameters: dict[str, Any], shard: Shard, attempt: int) -> Any:

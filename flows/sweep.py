@@ -31,6 +31,7 @@ from core.logs import get_logger
 from core.overrides import has_path, set_path
 from core.resolve import resolve
 from core.store import Store
+from core.sweep_record import SweepPlan, SweepPoint, SweepRecord, SweepResult
 from envs.registry import get_env
 from errors import ConfigError
 from flows.eval import eval_flow
@@ -110,30 +111,38 @@ def _prepare_once(points: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[s
     return list(prepared.values())
 
 
-async def _run_child(deployment: str | None, index: int, sweep_id: str, data: dict[str, Any]) -> dict[str, Any]:
-    """One point as a child flow run; its outcome (state, run id, headline) for the sweep report."""
+async def _run_child(
+    deployment: str | None, sweep_id: str, index: int, values: dict[str, Any], data: dict[str, Any]
+) -> SweepPoint:
+    """One point as a child flow run; its outcome (state, run id or flow run id) for the sweep report."""
     name = f"{sweep_id}-p{index}"
     if deployment is None:
         result = await eval_flow.with_options(flow_run_name=name)(EvalConfig.model_validate(data))
-        return {"state": "Completed", "run_id": result.run_info.run_id, "flow_run_id": None}
+        return SweepPoint(index=index, values=values, state="Completed", run_id=result.run_info.run_id)
     run = await run_deployment(deployment, parameters={"config": data}, flow_run_name=name, timeout=None)
     state = run.state
-    return {
-        "state": state.name if state else "?",
-        "message": state.message if state and not state.is_completed() else None,
-        "flow_run_id": str(run.id),
-    }
+    return SweepPoint(
+        index=index,
+        values=values,
+        state=state.name if state else "?",
+        message=state.message if state and not state.is_completed() else None,
+        flow_run_id=str(run.id),
+    )
 
 
-def _attach_runs(points: list[dict[str, Any]], store: Store) -> None:
-    """Each point's run in the store index (found by flow run id, or run id), with its headline."""
+def _attach_runs(points: list[SweepPoint], store: Store) -> list[SweepPoint]:
+    """Each point with its run in the store index (found by flow run id, or run id): run id, headline, report."""
     entries = read_entries(store)
     by_flow_run = {e.flow_run_id: e for e in entries if e.flow_run_id}
     by_run = {e.run_id: e for e in entries}
+    attached = []
     for point in points:
-        entry = by_flow_run.get(point.get("flow_run_id")) or by_run.get(point.get("run_id"))
+        entry = by_flow_run.get(point.flow_run_id or "") or by_run.get(point.run_id or "")
         if entry:
-            point.update(run_id=entry.run_id, headline=entry.headline, report=entry.report)
+            found = {"run_id": entry.run_id, "headline": entry.headline, "report": entry.report}
+            point = point.model_copy(update=found)
+        attached.append(point)
+    return attached
 
 
 @flow(name="sweep", log_prints=True)
@@ -143,23 +152,24 @@ async def sweep_flow(
     deployment: str | None = DEFAULT_DEPLOYMENT,
     name: str | None = None,
     dry_run: bool = False,
-) -> dict[str, Any]:
+) -> SweepResult | SweepPlan:
     """Run `config` at every point of `grid` (dotted keys to lists), each as a child `eval` run
-    through `deployment` (None: in this process), and write a report comparing the points."""
+    through `deployment` (None: in this process), and write a report comparing the points. Returns the
+    sweep's record and its report URLs (a dry run: each point's plan, starting nothing)."""
     logger = get_logger()
     points = expand_grid(config, grid)
     resolved = resolve(config)  # a missing block fails here, before anything starts
     logger.info("sweep over %s: %d points via %s", ", ".join(grid), len(points), deployment or "this process")
     if dry_run:
-        plans = [{"values": v, **plan_run(EvalConfig.model_validate(d))} for v, d in points]
-        summary = {"points": len(points), "deployment": deployment, "plans": plans}
-        logger.info("dry run:\n%s", json.dumps(summary, indent=2, default=str))
+        plans = [{"values": v, **plan_run(EvalConfig.model_validate(d)).model_dump(mode="json")} for v, d in points]
+        summary = SweepPlan(points=len(points), deployment=deployment, plans=plans)
+        logger.info("dry run:\n%s", json.dumps(summary.model_dump(), indent=2, default=str))
         return summary
     sweep_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     started = datetime.now(UTC)
     fingerprints = _prepare_once(points)
     logger.info("sweep %s: model(s) prepared once (%s); starting %d child runs", sweep_id, fingerprints, len(points))
-    children = [_run_child(deployment, i, sweep_id, data) for i, (_, data) in enumerate(points)]
+    children = [_run_child(deployment, sweep_id, i, values, data) for i, (values, data) in enumerate(points)]
     if deployment:  # the workers run the points side by side
         outcomes = await asyncio.gather(*children, return_exceptions=True)
     else:  # in this process: one server at a time
@@ -169,32 +179,33 @@ async def sweep_flow(
                 outcomes.append(await child)
             except Exception as exc:  # a failed point is reported; the others still run
                 outcomes.append(exc)
-    results: list[dict[str, Any]] = []
+    results: list[SweepPoint] = []
     for i, ((values, _), outcome) in enumerate(zip(points, outcomes, strict=True)):
         if isinstance(outcome, BaseException):
-            outcome = {"state": "Failed", "message": repr(outcome)}
-        results.append({"index": i, "values": values, **outcome})
-    _attach_runs(results, resolved.store)
+            outcome = SweepPoint(index=i, values=values, state="Failed", message=repr(outcome))
+        results.append(outcome)
+    results = _attach_runs(results, resolved.store)
     ctx = FlowRunContext.get()
-    info = {
-        "sweep_id": sweep_id,
-        "name": name,
-        "deployment": deployment,
-        "grid": grid,
-        "flow_run_id": str(ctx.flow_run.id) if ctx and ctx.flow_run else None,
-        "started_at": started.isoformat(),
-        "finished_at": datetime.now(UTC).isoformat(),
-        "model_fingerprints": fingerprints,
-    }
-    urls = write_sweep_report(resolved.store, info, results)
-    failed = [r for r in results if r["state"] != "Completed"]
+    record = SweepRecord(
+        sweep_id=sweep_id,
+        name=name,
+        deployment=deployment,
+        grid=grid,
+        flow_run_id=str(ctx.flow_run.id) if ctx and ctx.flow_run else None,
+        started_at=started.isoformat(),
+        finished_at=datetime.now(UTC).isoformat(),
+        model_fingerprints=fingerprints,
+        points=results,
+    )
+    urls = write_sweep_report(resolved.store, record)
+    failed = [r for r in results if r.state != "Completed"]
     logger.info("sweep %s: %d/%d points completed; report %s", sweep_id, len(results) - len(failed), len(results),
                 urls["html"])  # fmt: skip
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(results)} sweep points did not complete: "
-                           + "; ".join(f"p{r['index']} {r['values']}: {r['state']} {r.get('message') or ''}"
+                           + "; ".join(f"p{r.index} {r.values}: {r.state} {r.message or ''}"
                                        for r in failed))  # fmt: skip
-    return {**info, "points": results, "reports": urls}
+    return SweepResult(**dict(record), reports=urls)
 
 
 def load_sweep(sweep_path: str, config_path: str | None) -> tuple[SweepFile, str]:

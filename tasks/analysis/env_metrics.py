@@ -10,8 +10,9 @@ from typing import Any
 
 import duckdb
 
+from core.schema import EnvMetric
 from envs.base import MetricSpec
-from tasks.analysis.stats import wilson
+from tasks.analysis.stats import wilson_ci
 
 
 def env_keys(specs: Mapping[str, Sequence[MetricSpec]]) -> dict[str, list[str]]:
@@ -46,8 +47,11 @@ def _aggregates(spec: MetricSpec, i: int) -> str:
     return f"histogram({text}), count({text})"
 
 
-def _stats(con: duckdb.DuckDBPyConnection, bench: str, specs: Sequence[MetricSpec], keys: list[str]) -> list[Any]:
-    """One scan of the benchmark's rows: each spec's (a, b) pair (see _aggregates)."""
+def _stats(
+    con: duckdb.DuckDBPyConnection, bench: str, specs: Sequence[MetricSpec], keys: list[str]
+) -> list[tuple[Any, int]]:
+    """One scan of the benchmark's rows: each spec's (a, b) pair (see _aggregates); `a` is a number, a
+    {value: count} map (counts) or None, `b` the count it is over."""
     aggs = ", ".join(_aggregates(spec, keys.index(spec.key) + 1) for spec in specs)
     (row,) = con.execute(f"SELECT {aggs} FROM rollouts WHERE benchmark = $bench", {"bench": bench}).fetchall()
     return [(row[2 * i], int(row[2 * i + 1] or 0)) for i in range(len(specs))]
@@ -55,36 +59,39 @@ def _stats(con: duckdb.DuckDBPyConnection, bench: str, specs: Sequence[MetricSpe
 
 def env_metrics(
     con: duckdb.DuckDBPyConnection, specs: Mapping[str, Sequence[MetricSpec]], errors: Mapping[str, int]
-) -> dict[str, list[dict[str, Any]]]:
-    """Per benchmark, its declared metrics in declaration order (core.schema.EnvMetric's fields), from the
-    `rollouts` table's `env` column (laid out by env_keys); `errors` is each benchmark's errored-rollout
-    count (they count as false in rates). A metric no rollout carries is left out."""
-    out: dict[str, list[dict[str, Any]]] = {}
+) -> dict[str, list[EnvMetric]]:
+    """Per benchmark, its declared metrics in declaration order, from the `rollouts` table's `env` column
+    (laid out by env_keys); `errors` is each benchmark's errored-rollout count (they count as false in
+    rates). A metric no rollout carries is left out."""
+    out: dict[str, list[EnvMetric]] = {}
     for bench, bench_specs in specs.items():
         stats = _stats(con, bench, bench_specs, env_keys({bench: bench_specs})[bench]) if bench_specs else []
-        metrics = []
-        for spec, (value, n) in zip(bench_specs, stats, strict=True):
-            base = {
-                "key": spec.key,
-                "label": spec.label,
-                "kind": spec.kind,
-                "headline": spec.headline,
-                "description": spec.description,
-            }
-            if not n:
-                continue
-            if spec.kind == "counts":
-                # most frequent first, ties by value (a stable document)
-                found = dict(sorted(value.items(), key=lambda kv: (-kv[1], kv[0])))
-                metrics.append({**base, "n": n, "counts": found})
-            elif spec.kind == "rate":
-                n += errors.get(bench, 0)
-                rate = int(value or 0) / n
-                metrics.append({**base, "value": rate, "n": n, "ci": wilson(rate, n)})
-            elif spec.kind == "items":  # n counts items; the interval treats them as independent, as lm-eval does
-                share = int(value or 0) / n
-                metrics.append({**base, "value": share, "n": n, "ci": wilson(share, n)})
-            else:
-                metrics.append({**base, "value": value, "n": n})
-        out[bench] = metrics
+        out[bench] = [
+            _metric(spec, value, n, errors.get(bench, 0))
+            for spec, (value, n) in zip(bench_specs, stats, strict=True)
+            if n
+        ]
     return out
+
+
+def _metric(spec: MetricSpec, value: Any, n: int, errors: int) -> EnvMetric:
+    """The metric of `spec` from its aggregates (value, n) (see _aggregates); a rate's `n` gains the
+    benchmark's `errors` (errored rollouts count as false)."""
+    counts = ci = None
+    if spec.kind == "counts":  # most frequent first, ties by value (a stable document)
+        value, counts = None, dict(sorted(value.items(), key=lambda kv: (-kv[1], kv[0])))
+    elif spec.kind in ("rate", "items"):  # items: n counts items, the interval treats them as independent (lm-eval)
+        n += errors if spec.kind == "rate" else 0
+        value = int(value or 0) / n
+        ci = wilson_ci(value, n)
+    return EnvMetric(
+        key=spec.key,
+        label=spec.label,
+        kind=spec.kind,
+        headline=spec.headline,
+        description=spec.description,
+        value=value,
+        n=n,
+        ci=ci,
+        counts=counts,
+    )

@@ -2,8 +2,9 @@
 
 Every number in a report comes from here, computed from the rollout records (core/schema.py), so
 a report can always be recomputed from the files. The heavy lifting (deduplication, per-prompt and
-per-answer aggregation, histograms) happens in SQL (tasks/analysis/queries.py, env_metrics.py); Python
-only shapes a few thousand result rows into the typed document, `core.schema.RunMetrics`.
+per-answer aggregation, histograms) happens in SQL (tasks/analysis/queries.py, env_metrics.py), whose
+typed rows Python shapes (a few thousand of them) into the document's models, `core.schema.RunMetrics`,
+built field by field.
 
 Conventions that matter for reading the numbers:
 
@@ -57,176 +58,212 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
 
-from core.schema import RunMetrics
+from core.schema import (
+    BenchmarkMetrics,
+    BootstrapInterval,
+    Distribution,
+    EnvMetric,
+    Intervals,
+    LatencyStats,
+    PromptCount,
+    PromptGroup,
+    PromptOutcomes,
+    PromptRow,
+    RewardStats,
+    RewardValues,
+    RunMetrics,
+    TokenStats,
+    ToolCallBucket,
+    ToolCallStats,
+)
 from core.store import Store
 from envs.base import MetricSpec
 from envs.registry import ENVS
 from tasks.analysis import queries
 from tasks.analysis.env_metrics import env_keys, env_metrics
 from tasks.analysis.load import connect, load
+from tasks.analysis.queries import Overview, PromptStats, RewardValue, ToolCallGroup
 from tasks.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     CI_LEVEL,
+    AtK,
     bootstrap_corr_ci,
     bootstrap_mean_ci,
     clustered_interval,
     ks_for,
     pass_at_k,
-    wilson,
+    wilson_ci,
 )
 
 FLOAT_DIGITS = 12  # significant digits kept in metrics (see _rounded)
 
 Specs = Mapping[str, Sequence[MetricSpec]]
+T = TypeVar("T")
 
 
-def _pass_at_ks(per_prompt: list[dict[str, Any]], ks: list[int]) -> dict[str, tuple[float | None, int]]:
+@dataclass(frozen=True)
+class Found:
+    """What the queries found for one benchmark, besides its overview and prompts."""
+
+    majority_vote: bool
+    maj: dict[str, AtK]
+    reward_values: list[RewardValue]
+    distributions: dict[str, Distribution | None]
+    errors: dict[str, int]
+    finish_reasons: dict[str, int]
+    by_tool_calls: list[ToolCallGroup]
+    tool_moments: np.ndarray | None
+    env_metrics: list[EnvMetric]
+
+
+def _pass_at_ks(per_prompt: list[PromptStats], ks: list[int]) -> dict[str, AtK]:
     """Average the per-prompt estimator over prompts with enough repeats; (value, prompts) per k.
 
     Prompts are grouped by (n, c) first: thousands of prompts share a few hundred pairs.
     """
-    pairs = Counter((p["n"], p["successes"]) for p in per_prompt)
-    out: dict[str, tuple[float | None, int]] = {}
+    pairs = Counter((p.n, p.successes) for p in per_prompt)
+    out: dict[str, AtK] = {}
     for k in ks:
         eligible = [(n, c, m) for (n, c), m in pairs.items() if n >= k]
         total = sum(m for _, _, m in eligible)
         value = sum(pass_at_k(n, c, k) * m for n, c, m in eligible) / total if total else None
-        out[str(k)] = (value, total)
+        out[str(k)] = AtK(value, total)
     return out
 
 
-def _prompt_outcomes(per_prompt: list[dict[str, Any]]) -> dict[str, Any]:
-    never = [p["prompt_id"] for p in per_prompt if p["successes"] == 0]
-    always = [p["prompt_id"] for p in per_prompt if p["successes"] == p["n"]]
-    return {
-        "never_succeed": {"count": len(never), "ids": never},
-        "always_succeed": {"count": len(always), "ids": always},
-        "mixed": {"count": len(per_prompt) - len(never) - len(always)},
-    }
+def _prompt_outcomes(per_prompt: list[PromptStats]) -> PromptOutcomes:
+    never = [p.prompt_id for p in per_prompt if p.successes == 0]
+    always = [p.prompt_id for p in per_prompt if p.successes == p.n]
+    return PromptOutcomes(
+        never_succeed=PromptGroup(count=len(never), ids=never),
+        always_succeed=PromptGroup(count=len(always), ids=always),
+        mixed=PromptCount(count=len(per_prompt) - len(never) - len(always)),
+    )
 
 
-def _reward_values(found: list[dict[str, Any]]) -> dict[str, Any]:
-    distinct = found[0]["distinct_values"] if found else 0
-    return {
-        "distinct": distinct,
-        "truncated": distinct > len(found),
-        "values": [[r["value"], r["count"]] for r in found],
-    }
+def _reward_values(found: list[RewardValue]) -> RewardValues:
+    distinct = found[0].distinct_values if found else 0
+    return RewardValues(distinct=distinct, truncated=distinct > len(found), values=[(r.value, r.count) for r in found])
 
 
-def _counts(found: list[dict[str, Any]]) -> dict[str, int]:
-    return {row["key"]: row["count"] for row in found}
-
-
-def _bootstrap(low: float | None, high: float | None, n: int) -> dict[str, Any]:
-    return {
-        "low": low,
-        "high": high,
-        "n": n,
-        "method": "bootstrap-prompts",
-        "resamples": BOOTSTRAP_RESAMPLES,
-        "seed": BOOTSTRAP_SEED,
-    }
+def _bootstrap(low: float | None, high: float | None, n: int) -> BootstrapInterval:
+    return BootstrapInterval(
+        low=low, high=high, n=n, method="bootstrap-prompts", resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED
+    )
 
 
 def _cis(
-    ov: dict[str, Any],
-    passk: dict[str, tuple[float | None, int]],
-    maj: dict[str, tuple[float | None, int]],
-    per_prompt: list[dict[str, Any]],
+    ov: Overview,
+    passk: dict[str, AtK],
+    maj: dict[str, AtK],
+    per_prompt: list[PromptStats],
     tool_moments: np.ndarray | None,
-) -> dict[str, Any]:
-    n = ov["n_rollouts"]
-    low, high = bootstrap_mean_ci(
-        np.array([p["reward_sum"] for p in per_prompt]), np.array([p["n"] for p in per_prompt])
-    )
+) -> Intervals:
+    n = ov.n_rollouts
+    low, high = bootstrap_mean_ci(np.array([p.reward_sum for p in per_prompt]), np.array([p.n for p in per_prompt]))
     corr = None
-    if tool_moments is not None and ov["tool_calls_reward_corr"] is not None:
+    if tool_moments is not None and ov.tool_calls_reward_corr is not None:
         corr = _bootstrap(*bootstrap_corr_ci(tool_moments), len(tool_moments))
-    return {
-        "level": CI_LEVEL,
-        "accuracy": clustered_interval(ov["accuracy"], ov["accuracy_se"], ov["n_prompts"], n, clip=True),
-        "parse_error_rate": wilson(ov["parse_error_rate"], n),
-        "error_rate": wilson(ov["error_rate"], n),
-        "pass_at_k": {k: wilson(v, m) for k, (v, m) in passk.items()},
-        "maj_at_k": {k: wilson(v, m) for k, (v, m) in maj.items()},
-        "mean_reward": _bootstrap(low, high, len(per_prompt)),
-        "tool_calls_reward_corr": corr,
-    }
+    return Intervals(
+        level=CI_LEVEL,
+        accuracy=clustered_interval(ov.accuracy, ov.accuracy_se, ov.n_prompts, n, clip=True),
+        parse_error_rate=wilson_ci(ov.parse_error_rate, n),
+        error_rate=wilson_ci(ov.error_rate, n),
+        pass_at_k={k: wilson_ci(v, m) for k, (v, m) in passk.items()},
+        maj_at_k={k: wilson_ci(v, m) for k, (v, m) in maj.items()},
+        mean_reward=_bootstrap(low, high, len(per_prompt)),
+        tool_calls_reward_corr=corr,
+    )
 
 
-def _buckets(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _buckets(found: list[ToolCallGroup]) -> list[ToolCallBucket]:
     """Mean reward by tool-call count, each with its CI clustered by prompt (see module doc)."""
     return [
-        {
-            **{k: v for k, v in row.items() if k != "se"},
-            "mean_reward_ci": clustered_interval(row["mean_reward"], row["se"], row["prompts"], row["n"], clip=False),
-        }
+        ToolCallBucket(
+            tool_calls=row.tool_calls,
+            n=row.n,
+            prompts=row.prompts,
+            mean_reward=row.mean_reward,
+            success_rate=row.success_rate,
+            mean_reward_ci=clustered_interval(row.mean_reward, row.se, row.prompts, row.n, clip=False),
+        )
         for row in found
     ]
 
 
-def _benchmark_metrics(ov: dict[str, Any], per_prompt: list[dict[str, Any]], extras: dict[str, Any]) -> dict[str, Any]:
-    repeats = {"min": min(p["n"] for p in per_prompt), "max": max(p["n"] for p in per_prompt)}
+def _prompt_row(p: PromptStats) -> PromptRow:
+    return PromptRow(
+        prompt_id=p.prompt_id,
+        n=p.n,
+        successes=p.successes,
+        success_rate=p.success_rate,
+        mean_reward=p.mean_reward,
+        reference=p.reference,
+        top_answer=p.top_answer,
+    )
+
+
+def _benchmark_metrics(ov: Overview, per_prompt: list[PromptStats], found: Found) -> BenchmarkMetrics:
+    repeats = {"min": min(p.n for p in per_prompt), "max": max(p.n for p in per_prompt)}
     passk = _pass_at_ks(per_prompt, ks_for(repeats["max"]))
-    maj = extras["maj"]
-    values = extras["reward_values"]
-    mode = max(values["values"], key=lambda v: (v[1], -v[0]), default=None)
-    p50, p90, p99 = ov["latency_q"] or (None, None, None)
-    return {
-        "n_prompts": ov["n_prompts"],
-        "n_rollouts": ov["n_rollouts"],
-        "successes": ov["successes"],
-        "repeats": repeats,
-        "accuracy": ov["accuracy"],
-        "accuracy_stderr": ov["accuracy_stderr"],
-        "majority_vote": extras["majority_vote"],
-        "mean_reward": ov["mean_reward"],
-        "pass_at_k": {k: v for k, (v, _) in passk.items()},
-        "maj_at_k": {k: v for k, (v, _) in maj.items()},
-        "ci": _cis(ov, passk, maj, per_prompt, extras["tool_moments"]),
-        "reward": {
-            "min": ov["reward_min"],
-            "max": ov["reward_max"],
-            "mean": ov["mean_reward"],
-            "median": ov["reward_median"],
-            "std": ov["reward_std"],
-            "mode": mode[0] if mode else None,
-            "mode_share": mode[1] / ov["n_rollouts"] if mode else None,
-        },
-        "reward_values": values,
-        "distributions": extras["distributions"],
-        "prompt_outcomes": _prompt_outcomes(per_prompt),
-        "parse_error_rate": ov["parse_error_rate"],
-        "error_count": ov["error_count"],
-        "error_rate": ov["error_rate"],
-        "errors": extras["errors"],
-        "finish_reasons": extras["finish_reasons"],
-        "tokens": {
-            "prompt_mean": ov["prompt_mean"],
-            "prompt_total": ov["prompt_total"],
-            "completion_mean": ov["completion_mean"],
-            "completion_total": ov["completion_total"],
-        },
-        "latency_s": {"p50": p50, "p90": p90, "p99": p99, "mean": ov["latency_mean"], "max": ov["latency_max"]},
-        "tool_calls": {
-            "mean": ov["tool_calls_mean"],
-            "min": ov["tool_calls_min"],
-            "max": ov["tool_calls_max"],
-            "total": ov["tool_calls_total"],
-            "reward_corr": ov["tool_calls_reward_corr"],
-        },
-        "reward_by_tool_calls": _buckets(extras["by_tool_calls"]),
-        "per_prompt": [{k: v for k, v in p.items() if k != "reward_sum"} for p in per_prompt],
-        "env_metrics": extras["env_metrics"],
-    }
+    mode = max(found.reward_values, key=lambda v: (v.count, -v.value), default=None)
+    p50, p90, p99 = ov.latency_q or (None, None, None)
+    return BenchmarkMetrics(
+        n_prompts=ov.n_prompts,
+        n_rollouts=ov.n_rollouts,
+        successes=ov.successes,
+        repeats=repeats,
+        accuracy=ov.accuracy,
+        accuracy_stderr=ov.accuracy_stderr,
+        majority_vote=found.majority_vote,
+        mean_reward=ov.mean_reward,
+        pass_at_k={k: v.value for k, v in passk.items()},
+        maj_at_k={k: v.value for k, v in found.maj.items()},
+        ci=_cis(ov, passk, found.maj, per_prompt, found.tool_moments),
+        reward=RewardStats(
+            min=ov.reward_min,
+            max=ov.reward_max,
+            mean=ov.mean_reward,
+            median=ov.reward_median,
+            std=ov.reward_std,
+            mode=mode.value if mode else None,
+            mode_share=mode.count / ov.n_rollouts if mode else None,
+        ),
+        reward_values=_reward_values(found.reward_values),
+        distributions=found.distributions,
+        prompt_outcomes=_prompt_outcomes(per_prompt),
+        parse_error_rate=ov.parse_error_rate,
+        error_count=ov.error_count,
+        error_rate=ov.error_rate,
+        errors=found.errors,
+        finish_reasons=found.finish_reasons,
+        tokens=TokenStats(
+            prompt_mean=ov.prompt_mean,
+            prompt_total=ov.prompt_total,
+            completion_mean=ov.completion_mean,
+            completion_total=ov.completion_total,
+        ),
+        latency_s=LatencyStats(p50=p50, p90=p90, p99=p99, mean=ov.latency_mean, max=ov.latency_max),
+        tool_calls=ToolCallStats(
+            mean=ov.tool_calls_mean,
+            min=ov.tool_calls_min,
+            max=ov.tool_calls_max,
+            total=ov.tool_calls_total,
+            reward_corr=ov.tool_calls_reward_corr,
+        ),
+        reward_by_tool_calls=_buckets(found.by_tool_calls),
+        per_prompt=[_prompt_row(p) for p in per_prompt],
+        env_metrics=found.env_metrics,
+    )
 
 
 def majority_votes(names: Iterable[str]) -> dict[str, bool]:
@@ -247,56 +284,63 @@ def compute_metrics(
     try:
         duplicates = load(con, files, env_keys(specs or {}))
         con.execute(queries.PROMPTS_SQL)
-        overview = {row.pop("benchmark"): row for row in queries.rows(con, queries.OVERVIEW_SQL)}
+        overview = queries.overview(con)
         if not overview:
             return RunMetrics(duplicate_rollouts=duplicates)
         if votes is None:
             votes = {name for name, vote in majority_votes(overview).items() if vote}
-        repeats_max = {r["benchmark"]: r["n"] for r in queries.rows(con, queries.REPEATS_MAX_SQL)}
+        repeats_max = queries.repeats_max(con)
         maj = queries.maj_at_ks(con, {b: ks_for(n) for b, n in repeats_max.items() if b in votes})
-        per_prompt = queries.by_benchmark(queries.rows(con, queries.PER_PROMPT_SQL))
-        values = queries.by_benchmark(queries.rows(con, queries.REWARD_VALUES_SQL, {"cap": queries.MAX_REWARD_VALUES}))
-        finish = queries.by_benchmark(queries.rows(con, queries.FINISH_REASONS_SQL))
-        errors = queries.by_benchmark(queries.rows(con, queries.ERRORS_SQL))
-        by_tools = queries.by_benchmark(queries.rows(con, queries.BY_TOOL_CALLS_SQL))
-        tool_moments = {b: queries.tool_moments(con, b) for b, ov in overview.items() if ov["tool_calls_max"]}
+        per_prompt = queries.per_prompt(con)
+        values = queries.reward_values(con)
+        finish = queries.counts(con, queries.FINISH_REASONS_SQL)
+        errors = queries.counts(con, queries.ERRORS_SQL)
+        by_tools = queries.by_tool_calls(con)
+        tool_moments = {b: queries.tool_moments(con, b) for b, ov in overview.items() if ov.tool_calls_max}
         wanted = {name: (specs or {}).get(name, ()) for name in overview}
-        declared = env_metrics(con, wanted, {b: ov["error_count"] for b, ov in overview.items()})
+        declared = env_metrics(con, wanted, {b: ov.error_count for b, ov in overview.items()})
         distributions = queries.distributions(con)
     finally:
         con.close()
     benchmarks = {}
     for name, ov in overview.items():
-        extras = {
-            "majority_vote": name in votes,
-            "maj": maj.get(name, {}),
-            "reward_values": _reward_values(values.get(name, [])),
-            "distributions": distributions.get(name, {}),
-            "errors": _counts(errors.get(name, [])),
-            "finish_reasons": _counts(finish.get(name, [])),
-            "by_tool_calls": by_tools.get(name, []),
-            "tool_moments": tool_moments.get(name),
-            "env_metrics": declared.get(name, []),
-        }
-        benchmarks[name] = _benchmark_metrics(ov, per_prompt[name], extras)
-    document = {
-        "total_rollouts": sum(b["n_rollouts"] for b in benchmarks.values()),
-        "duplicate_rollouts": duplicates,
-        "benchmarks": benchmarks,
-    }
-    return RunMetrics.model_validate(_rounded(document))
+        found = Found(
+            majority_vote=name in votes,
+            maj=maj.get(name, {}),
+            reward_values=values.get(name, []),
+            distributions=distributions.get(name, {}),
+            errors=errors.get(name, {}),
+            finish_reasons=finish.get(name, {}),
+            by_tool_calls=by_tools.get(name, []),
+            tool_moments=tool_moments.get(name),
+            env_metrics=declared.get(name, []),
+        )
+        benchmarks[name] = _rounded(_benchmark_metrics(ov, per_prompt[name], found))
+    return RunMetrics(
+        total_rollouts=sum(b.n_rollouts for b in benchmarks.values()),
+        duplicate_rollouts=duplicates,
+        benchmarks=benchmarks,
+    )
 
 
-def _rounded(value: Any) -> Any:
+def _rounded(value: T) -> T:
     """Floats to FLOAT_DIGITS significant digits, recursively: DuckDB sums in parallel, in whatever
     order the threads deliver rows, so the last bits of a mean vary from scan to scan; rounded, the
-    same rollouts always give identical metrics (locally or from S3, today or on a rerun)."""
+    same rollouts always give identical metrics (locally or from S3, today or on a rerun).
+
+    A document model is rounded in place (its fields replaced by their rounded values: the same types,
+    so nothing to validate again); the document is freshly built and nothing else holds it yet."""
     if isinstance(value, float):
-        return float(f"{value:.{FLOAT_DIGITS}g}")
+        return float(f"{value:.{FLOAT_DIGITS}g}")  # type: ignore[return-value]
+    if isinstance(value, BaseModel):
+        fields = value.__dict__
+        for name, field in fields.items():
+            fields[name] = _rounded(field)
+        return value
     if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
+        return {k: _rounded(v) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, list | tuple):
+        return type(value)(_rounded(v) for v in value)  # type: ignore[return-value]
     return value
 
 

@@ -1,16 +1,23 @@
 """The metric SQL over the deduplicated `rollouts` table, one query per block of the metrics document.
 
-Also the small helpers that turn DuckDB results into JSON-safe rows.
+Each query function returns typed rows (a frozen dataclass per kind of row, named for what it is, whose
+fields are the query's columns: a column the SQL adds or drops fails at once) or the document's own
+models (core.schema); DuckDB values are made JSON-safe on the way out (`clean`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import duckdb
 import numpy as np
+
+from core.schema import Distribution, Histogram
+from tasks.analysis.stats import AtK
 
 HISTOGRAM_BINS = 30
 MAX_REWARD_VALUES = 1000
@@ -24,6 +31,91 @@ DISTRIBUTION_COLUMNS = {  # name in metrics -> SQL expression (over the deduplic
 _INTEGER_COLUMNS = {"prompt_tokens", "completion_tokens"}
 
 
+@dataclass(frozen=True, slots=True)
+class BenchmarkRow:
+    """A result row of one benchmark (the queries group by benchmark)."""
+
+    benchmark: str
+
+
+@dataclass(frozen=True, slots=True)
+class Overview(BenchmarkRow):
+    """A benchmark's rollouts in one row (OVERVIEW_SQL): counts, rates, reward, tokens, latency, tool calls."""
+
+    n_rollouts: int
+    n_prompts: int
+    successes: int
+    accuracy: float | None
+    accuracy_stderr: float | None
+    mean_reward: float | None
+    reward_min: float | None
+    reward_max: float | None
+    reward_median: float | None
+    reward_std: float | None
+    parse_error_rate: float | None
+    error_count: int
+    error_rate: float | None
+    prompt_mean: float | None
+    prompt_total: int
+    completion_mean: float | None
+    completion_total: int
+    latency_q: list[float | None] | None  # p50, p90, p99
+    latency_mean: float | None
+    latency_max: float | None
+    tool_calls_mean: float | None
+    tool_calls_min: int | None
+    tool_calls_max: int | None
+    tool_calls_total: int
+    tool_calls_reward_corr: float | None
+    accuracy_se: float | None  # clustered by prompt
+
+
+@dataclass(frozen=True, slots=True)
+class PromptStats(BenchmarkRow):
+    """One prompt's rollouts (PER_PROMPT_SQL): the per-prompt table's row plus its reward sum."""
+
+    prompt_id: str
+    n: int
+    successes: int
+    success_rate: float | None
+    mean_reward: float | None
+    reward_sum: float | None
+    reference: str | None
+    top_answer: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RewardValue(BenchmarkRow):
+    """A distinct reward (rounded to 6 places) and how often it occurs; `distinct_values` counts them all."""
+
+    value: float
+    count: int
+    distinct_values: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallGroup(BenchmarkRow):
+    """The rollouts with one tool-call count (BY_TOOL_CALLS_SQL); `se` is the mean reward's clustered SE."""
+
+    tool_calls: int
+    n: int
+    prompts: int
+    mean_reward: float | None
+    success_rate: float | None
+    se: float | None
+
+
+class _Summary(NamedTuple):
+    """A column's count, mean and QUANTILES (in order) over one benchmark's rollouts."""
+
+    count: int
+    mean: float | None
+    quantiles: list[float | None]
+
+
+Row = TypeVar("Row", bound=BenchmarkRow)
+
+
 def clean(value: Any) -> Any:
     """Make a DuckDB value JSON-safe: Decimal -> float, NaN/inf -> None."""
     if isinstance(value, Decimal):
@@ -35,16 +127,17 @@ def clean(value: Any) -> Any:
     return value
 
 
-def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> list[dict[str, Any]]:
+def rows(con: duckdb.DuckDBPyConnection, sql: str, kind: Callable[..., Row], params: object = None) -> list[Row]:
+    """The query's rows as `kind`, its columns by name (cleaned)."""
     cur = con.execute(sql, params) if params is not None else con.execute(sql)
     names = [d[0] for d in cur.description]
-    return [{k: clean(v) for k, v in zip(names, row, strict=True)} for row in cur.fetchall()]
+    return [kind(**{k: clean(v) for k, v in zip(names, row, strict=True)}) for row in cur.fetchall()]
 
 
-def by_benchmark(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def by_benchmark(found: list[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
     for row in found:
-        out.setdefault(row.pop("benchmark"), []).append(row)
+        out.setdefault(row.benchmark, []).append(row)
     return out
 
 
@@ -154,6 +247,39 @@ ORDER BY p.benchmark, p.prompt_id
 """
 
 
+def overview(con: duckdb.DuckDBPyConnection) -> dict[str, Overview]:
+    """Per benchmark (in name order), its overview; needs `prompts`."""
+    return {row.benchmark: row for row in rows(con, OVERVIEW_SQL, Overview)}
+
+
+def repeats_max(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per benchmark, the most repeats any of its prompts has; needs `prompts`."""
+    return dict(con.execute(REPEATS_MAX_SQL).fetchall())
+
+
+def per_prompt(con: duckdb.DuckDBPyConnection) -> dict[str, list[PromptStats]]:
+    """Per benchmark, its prompts in id order; needs `prompts` and `winners` (maj_at_ks)."""
+    return by_benchmark(rows(con, PER_PROMPT_SQL, PromptStats))
+
+
+def reward_values(con: duckdb.DuckDBPyConnection) -> dict[str, list[RewardValue]]:
+    """Per benchmark, its MAX_REWARD_VALUES most common rewards, in value order."""
+    return by_benchmark(rows(con, REWARD_VALUES_SQL, RewardValue, {"cap": MAX_REWARD_VALUES}))
+
+
+def by_tool_calls(con: duckdb.DuckDBPyConnection) -> dict[str, list[ToolCallGroup]]:
+    """Per benchmark, its rollouts grouped by tool-call count, in count order."""
+    return by_benchmark(rows(con, BY_TOOL_CALLS_SQL, ToolCallGroup))
+
+
+def counts(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, dict[str, int]]:
+    """Per benchmark, {key: count} in the order of `sql` (FINISH_REASONS_SQL, ERRORS_SQL: most frequent first)."""
+    out: dict[str, dict[str, int]] = {}
+    for bench, key, count in con.execute(sql).fetchall():
+        out.setdefault(bench, {})[key] = count
+    return out
+
+
 def tool_moments(con: duckdb.DuckDBPyConnection, bench: str) -> np.ndarray:
     """(prompts, 6) array of n, sum x, sum y, sum x^2, sum y^2, sum xy (x = tool calls, y = reward)."""
     return np.array(con.execute(_TOOL_MOMENTS_SQL, {"bench": bench}).fetchall(), dtype=np.float64).reshape(-1, 6)
@@ -186,7 +312,7 @@ def _votes_sql(ks: list[int]) -> tuple[str, str]:
     return votes, winners
 
 
-def maj_at_ks(con: duckdb.DuckDBPyConnection, ks_by_bench: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+def maj_at_ks(con: duckdb.DuckDBPyConnection, ks_by_bench: dict[str, list[int]]) -> dict[str, dict[str, AtK]]:
     """maj@k and the number of prompts it averages over, per benchmark and k; creates `winners`."""
     ks = sorted({k for ks in ks_by_bench.values() for k in ks}) or [1]
     votes, winners = _votes_sql(ks)
@@ -198,58 +324,80 @@ def maj_at_ks(con: duckdb.DuckDBPyConnection, ks_by_bench: dict[str, list[int]])
         for k in ks
     )
     sql = f"SELECT p.benchmark, {cols} FROM prompts p LEFT JOIN winners w USING (benchmark, prompt_id) GROUP BY ALL"
-    out: dict[str, dict[str, Any]] = {}
-    for row in rows(con, sql):
-        bench = row["benchmark"]
-        out[bench] = {str(k): (row[f"maj_{k}"], row[f"eligible_{k}"]) for k in ks_by_bench.get(bench, [])}
+    out: dict[str, dict[str, AtK]] = {}
+    for bench, *values in con.execute(sql).fetchall():
+        found = {k: AtK(clean(values[2 * i]), values[2 * i + 1]) for i, k in enumerate(ks)}
+        out[bench] = {str(k): found[k] for k in ks_by_bench.get(bench, [])}
     return out
 
 
-def distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
-    """Quantiles and equal-width histograms of rewards, tokens and latency, per benchmark."""
+def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, _Summary]]:
+    """Per benchmark, each DISTRIBUTION_COLUMNS column's count, mean and quantiles (one scan)."""
     qs = "[" + ", ".join(str(q) for q in QUANTILES.values()) + "]"
-    stats_cols = ", ".join(
-        f"count({expr}) AS {name}_n, avg({expr}) AS {name}_mean, quantile_cont({expr}, {qs}) AS {name}_q"
-        for name, expr in DISTRIBUTION_COLUMNS.items()
-    )
-    stats = {
-        row.pop("benchmark"): row for row in rows(con, f"SELECT benchmark, {stats_cols} FROM rollouts GROUP BY ALL")
+    cols = ", ".join(f"count({e}), avg({e}), quantile_cont({e}, {qs})" for e in DISTRIBUTION_COLUMNS.values())
+    return {
+        bench: {
+            name: _Summary(values[3 * i], clean(values[3 * i + 1]), clean(values[3 * i + 2]))
+            for i, name in enumerate(DISTRIBUTION_COLUMNS)
+        }
+        for bench, *values in con.execute(f"SELECT benchmark, {cols} FROM rollouts GROUP BY ALL").fetchall()
     }
-    out: dict[str, dict[str, Any]] = {bench: {} for bench in stats}
+
+
+def _bins(name: str, lo: float, hi: float) -> tuple[float, int]:
+    """(width, count) of the histogram bins from lo to hi: integer-wide for token counts."""
+    if name in _INTEGER_COLUMNS:
+        width = float(max(1, math.ceil((hi - lo + 1) / HISTOGRAM_BINS)))
+        return width, max(1, math.ceil((hi - lo + 1) / width))
+    count = HISTOGRAM_BINS if hi > lo else 1
+    return ((hi - lo) / count if hi > lo else 1.0), count
+
+
+def _histogram_counts(
+    con: duckdb.DuckDBPyConnection, expr: str, bins: dict[str, tuple[float, float, int]]
+) -> dict[str, list[int]]:
+    """Per benchmark, the rollouts in each of its bins (lo, width, count) of the column `expr`."""
+    out = {bench: [0] * count for bench, (_, _, count) in bins.items()}
+    if not bins:
+        return out
+    # the bin layouts as a VALUES list: registering a pyarrow table costs seconds of imports the first time
+    layout = ", ".join(
+        f"({sql_string(bench)}, {lo!r}::DOUBLE, {width!r}::DOUBLE, {count})"
+        for bench, (lo, width, count) in bins.items()
+    )
+    found = con.execute(
+        f"""
+        SELECT r.benchmark, least(floor((r.{expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin, count(*) AS count
+        FROM rollouts r JOIN (VALUES {layout}) b(benchmark, lo, width, nbins) USING (benchmark)
+        WHERE r.{expr} IS NOT NULL GROUP BY ALL
+        """
+    ).fetchall()
+    for bench, index, count in found:
+        out[bench][int(index)] = int(count)
+    return out
+
+
+def distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Distribution | None]]:
+    """Quantiles and equal-width histograms of rewards, tokens and latency, per benchmark (None for a
+    column with no values)."""
+    summaries = _summaries(con)
+    out: dict[str, dict[str, Distribution | None]] = {bench: {} for bench in summaries}
     for name, expr in DISTRIBUTION_COLUMNS.items():
         bins: dict[str, tuple[float, float, int]] = {}
-        for bench, row in stats.items():
-            if not row[f"{name}_n"]:
+        for bench, columns in summaries.items():
+            if columns[name].count:
+                lo, hi = columns[name].quantiles[0], columns[name].quantiles[-1]
+                bins[bench] = (lo, *_bins(name, lo, hi))
+        histograms = _histogram_counts(con, expr, bins)
+        for bench, columns in summaries.items():
+            if bench not in bins:
                 out[bench][name] = None
                 continue
-            lo, hi = row[f"{name}_q"][0], row[f"{name}_q"][-1]
-            if name in _INTEGER_COLUMNS:
-                width = float(max(1, math.ceil((hi - lo + 1) / HISTOGRAM_BINS)))
-                count = max(1, math.ceil((hi - lo + 1) / width))
-            else:
-                count = HISTOGRAM_BINS if hi > lo else 1
-                width = (hi - lo) / count if hi > lo else 1.0
-            bins[bench] = (lo, width, count)
-            out[bench][name] = {
-                "count": row[f"{name}_n"],
-                "mean": row[f"{name}_mean"],
-                "quantiles": dict(zip(QUANTILES, row[f"{name}_q"], strict=True)),
-                "histogram": {"edges": [lo + i * width for i in range(count + 1)], "counts": [0] * count},
-            }
-        if not bins:
-            continue
-        # the bin layouts as a VALUES list: registering a pyarrow table costs seconds of imports the first time
-        layout = ", ".join(
-            f"({sql_string(bench)}, {lo!r}::DOUBLE, {width!r}::DOUBLE, {count})"
-            for bench, (lo, width, count) in bins.items()
-        )
-        found = con.execute(
-            f"""
-            SELECT r.benchmark, least(floor((r.{expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin, count(*) AS count
-            FROM rollouts r JOIN (VALUES {layout}) b(benchmark, lo, width, nbins) USING (benchmark)
-            WHERE r.{expr} IS NOT NULL GROUP BY ALL
-            """
-        ).fetchall()
-        for bench, index, count in found:
-            out[bench][name]["histogram"]["counts"][int(index)] = int(count)
+            summary, (lo, width, count) = columns[name], bins[bench]
+            out[bench][name] = Distribution(
+                count=summary.count,
+                mean=summary.mean,
+                quantiles=dict(zip(QUANTILES, summary.quantiles, strict=True)),
+                histogram=Histogram(edges=[lo + i * width for i in range(count + 1)], counts=histograms[bench]),
+            )
     return out

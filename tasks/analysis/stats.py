@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
+
+from core.schema import ClusteredInterval, Interval
 
 CI_LEVEL = 0.95
 Z_95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
+
+
+class AtK(NamedTuple):
+    """A per-prompt metric at k (pass@k, maj@k) averaged over the prompts with at least k repeats; `value`
+    is None where no prompt has enough."""
+
+    value: float | None
+    prompts: int
 
 
 def ks_for(n: int) -> list[int]:
@@ -47,10 +57,10 @@ def wilson_interval(rate: float | None, n: int, z: float = Z_95) -> tuple[float 
     return low, high
 
 
-def wilson(rate: float | None, n: int) -> dict[str, Any]:
+def wilson_ci(rate: float | None, n: int) -> Interval:
     """A Wilson interval as the metrics document stores it."""
     low, high = wilson_interval(rate, n)
-    return {"low": low, "high": high, "n": n, "method": "wilson"}
+    return Interval(low=low, high=high, n=n, method="wilson")
 
 
 def _resampled_sums(columns: np.ndarray, resamples: int, seed: int) -> np.ndarray:
@@ -112,7 +122,7 @@ def bootstrap_corr_ci(
 
 def clustered_interval(
     mean: float | None, se: float | None, clusters: int, rollouts: int, clip: bool
-) -> dict[str, Any]:
+) -> ClusteredInterval:
     """mean +/- z * clustered SE (clipped to [0, 1] for a rate), as the metrics document stores it; null
     bounds with fewer than 2 clusters (the SE is 0 for one cluster, not "no uncertainty")."""
     if mean is None or se is None or clusters < 2:
@@ -121,4 +131,4 @@ def clustered_interval(
         low, high = mean - Z_95 * se, mean + Z_95 * se
         if clip:
             low, high = max(0.0, low), min(1.0, high)
-    return {"low": low, "high": high, "n": clusters, "rollouts": rollouts, "se": se, "method": "clustered-prompts"}
+    return ClusteredInterval(low=low, high=high, n=clusters, rollouts=rollouts, se=se, method="clustered-prompts")

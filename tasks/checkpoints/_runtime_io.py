@@ -1,9 +1,12 @@
 """How the converter scripts talk to the orchestrator, and how they die with it.
 
-Imported by the scripts that run inside the vLLM runtime (gguf_to_hf, dcp_to_hf, hf_check, hf_to_dcp)
-as a sibling module; it imports nothing from evalflow. Protocol on stdout: `[convert] ...` lines are
-progress (logged by the orchestrator), one `EVALFLOW-RESULT {json}` line is the result, one
-`EVALFLOW-ERROR "json string"` line is a user-facing failure (exit code 2).
+Imported by the scripts that run inside the vLLM runtime (gguf_to_hf, dcp_to_hf, hf_check, hf_to_dcp,
+dcp_check, list_architectures, count_prompt_tokens) as a sibling module; it imports nothing from evalflow,
+and neither do they: the standard library, the runtime's packages and their siblings only. Each declares
+its result as a TypedDict, mirrored by the model of the same name in results.py that evalflow reads it
+with. Protocol on stdout: `[convert] ...` lines are progress (logged by the orchestrator), one
+`EVALFLOW-RESULT {json}` line is the result, one `EVALFLOW-ERROR "json string"` line is a user-facing
+failure (exit code 2).
 """
 
 from __future__ import annotations
@@ -13,8 +16,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 # Tokenizer files (what AutoTokenizer.save_pretrained writes): copied next to converted weights, and
 # downloaded/hashed with a remote checkpoint's tokenizer folder
@@ -58,7 +60,7 @@ def progress(message: str) -> None:
     print(f"[convert] {message}", flush=True)
 
 
-def run_main(main: Callable[[list[str]], dict[str, Any]]) -> None:
+def run_main(main: Callable[[list[str]], Mapping[str, object]]) -> None:
     """Run `main(argv)`, print its result or a Failure in the protocol above."""
     die_with_parent()
     try:

@@ -8,16 +8,36 @@ chat template file and the requests ({"messages", "tools"} or {"prompt"}); the r
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypedDict
 
 from _runtime_io import Failure, progress, run_main  # sibling module: this file runs as a script
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+class Request(TypedDict, total=False):
+    """A plain prompt, or chat messages with their tools (the OpenAI request's own JSON)."""
+
+    prompt: str
+    messages: list[dict[str, object]]
+    tools: list[dict[str, object]] | None
+
+
+class PromptJob(TypedDict):
+    folder: str
+    chat_template: str | None
+    requests: list[Request]
+
+
+class PromptTokenCounts(TypedDict):
+    """The result (evalflow reads it as results.PromptTokenCounts: keep the two in step)."""
+
+    counts: list[int]
+
+
+def main(argv: list[str]) -> PromptTokenCounts:
     if len(argv) != 1:
         raise Failure("usage: count_prompt_tokens.py JOB.json")
     with open(argv[0]) as fh:
-        job = json.load(fh)
+        job: PromptJob = json.load(fh)
     from transformers import AutoTokenizer
 
     try:
@@ -38,7 +58,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             counts.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
         if (i + 1) % 2000 == 0:
             progress(f"{i + 1}/{len(requests)} prompts counted")
-    return {"counts": counts}
+    return PromptTokenCounts(counts=counts)
 
 
 if __name__ == "__main__":

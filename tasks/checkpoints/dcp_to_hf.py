@@ -21,15 +21,47 @@ import time
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from _runtime_io import TOKENIZER_FILES, Failure, progress, run_main  # sibling modules: this file runs as a script
-from hf_check import INDEX, SINGLE, architecture, check_folder, describe_mismatch
+from hf_check import INDEX, SINGLE, FolderValidation, architecture, check_folder, describe_mismatch
 
 WRAPPER = "model."  # NeMo RL wraps the HF model: model.model.layers.0... / model.lm_head.weight
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 CHUNK = 1 << 24  # bytes read at a time by the CRC check
 DAMAGED = "the checkpoint was damaged after it was saved (a bad copy or disk): copy it again, or use another step"
+
+
+class DcpJob(TypedDict):
+    """The job file (evalflow writes it from results.DcpJob)."""
+
+    weights_dir: str
+    config_dir: str
+    tokenizer_dir: str
+    out_dir: str
+    dtype: str
+    max_shard_bytes: int
+
+
+class DcpSeconds(TypedDict):
+    check: float
+    tensors: float
+    validate: float
+
+
+class DcpConversion(FolderValidation):
+    """The result (evalflow reads it as results.DcpConversion: keep the two in step)."""
+
+    dtype: str
+    source_bytes: int
+    source_dtypes: list[str]
+    key_prefix_stripped: bool
+    dropped_tied: list[str]
+    ignored_non_tensors: int
+    tokenizer_files: list[str]
+    files: list[str]
+    seconds: DcpSeconds
+    pid: int
 
 
 def read_metadata(weights_dir: str) -> Any:
@@ -186,7 +218,7 @@ def torch_reason(exc: BaseException) -> str:
 
 def load(
     weights_dir: str, metadata: Any, table: dict[str, tuple[tuple[int, ...], Any]], keys: list[str]
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # name -> torch tensor (torch is not importable where this file is type-checked)
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import CheckpointException, FileSystemReader
@@ -238,7 +270,7 @@ def copy_tokenizer(tokenizer_dir: str, out: Path) -> list[str]:
     return copied
 
 
-def convert(job: dict[str, Any]) -> dict[str, Any]:
+def convert(job: DcpJob) -> DcpConversion:
     import torch
     from safetensors.torch import save_file
 
@@ -293,26 +325,26 @@ def convert(job: dict[str, Any]) -> dict[str, Any]:
     write_generation_config(job["config_dir"], job["tokenizer_dir"], out, config)
     tokenizer_files = copy_tokenizer(job["tokenizer_dir"], out)
     summary = check_folder(str(out), dtype_name)
-    return {
+    return DcpConversion(
         **summary,
-        "dtype": dtype_name,
-        "source_bytes": source_bytes,
-        "source_dtypes": sorted({str(d).removeprefix("torch.") for _, d in table.values()}),
-        "key_prefix_stripped": any(hf != ck for hf, ck in mapping.items()),
-        "dropped_tied": dropped,
-        "ignored_non_tensors": len(metadata.state_dict_metadata) - len(table),
-        "tokenizer_files": tokenizer_files,
-        "files": sorted(os.listdir(out)),
-        "seconds": {
-            "check": round(prepared - started, 3),
-            "tensors": round(written - prepared, 3),
-            "validate": round(time.monotonic() - written, 3),
-        },
-        "pid": os.getpid(),
-    }
+        dtype=dtype_name,
+        source_bytes=source_bytes,
+        source_dtypes=sorted({str(d).removeprefix("torch.") for _, d in table.values()}),
+        key_prefix_stripped=any(hf != ck for hf, ck in mapping.items()),
+        dropped_tied=dropped,
+        ignored_non_tensors=len(metadata.state_dict_metadata) - len(table),
+        tokenizer_files=tokenizer_files,
+        files=sorted(os.listdir(out)),
+        seconds=DcpSeconds(
+            check=round(prepared - started, 3),
+            tensors=round(written - prepared, 3),
+            validate=round(time.monotonic() - written, 3),
+        ),
+        pid=os.getpid(),
+    )
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+def main(argv: list[str]) -> DcpConversion:
     if len(argv) != 1:
         raise Failure("usage: dcp_to_hf.py JOB.json")
     return convert(json.loads(Path(argv[0]).read_text()))

@@ -12,7 +12,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import ValidationError
 
 from core.config import DEFAULT_MODEL, ModelConfig, absolute_path
 from core.logs import get_logger
@@ -23,6 +25,7 @@ from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import MARKER, HashMemo, folder_fingerprint, memo_for
 from tasks.checkpoints.jobs import Job, make_job, read_config
 from tasks.checkpoints.light_check import check_hf_folder
+from tasks.checkpoints.records import CONVERTED, ConversionMarker, DownloadPlan, FirstMarker, FolderCheck
 from tasks.checkpoints.sources import Source, locate, readable
 from tasks.runtime.venv import ensure_runtime, runtime_for
 
@@ -48,16 +51,11 @@ class Download:
     key: str
     folder: Path | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def plan(self) -> DownloadPlan:
         folder = str(self.folder) if self.folder else None
-        return {
-            "url": self.url,
-            "files": self.files,
-            "bytes": self.bytes,
-            "key": self.key,
-            "cached": folder is not None,
-            "folder": folder,
-        }
+        return DownloadPlan(
+            url=self.url, files=self.files, bytes=self.bytes, key=self.key, cached=folder is not None, folder=folder
+        )
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,7 @@ class Decision:
     download: Download | None = None  # remote sources
     job: Job | None = None  # hit, convert
     entry: Entry | None = None  # hit, convert
-    light_check: dict[str, Any] | None = None  # served folders: what the quick check found
+    light_check: FolderCheck | None = None  # served folders: what the quick check found
     validated: bool = False  # serve-in-place: this content was fully validated before (and not forced)
     pending: str | None = None  # fetch+convert: what must be fetched first
 
@@ -132,17 +130,30 @@ def loadable(folder: Path | None) -> Path | None:
     return folder
 
 
+def marker_of(folder: Path) -> ConversionMarker | FirstMarker | None:
+    """The conversion marker in `folder`; None when it does not parse (a hand-edited cache): no hit."""
+    try:
+        return entries.read_marker(folder, CONVERTED)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"]
+        get_logger().warning(
+            "ignoring the cache entry %s: its %s does not parse (%s); converting again", folder, MARKER, reason
+        )
+        return None
+
+
 def entry_for(job: Job, cfg: ModelConfig, cache_root: Path) -> Entry:
     if not cfg.output_dir:
-        return Entry(
-            cache_root / f"{readable(job.name)}_{job.key}",
-            cache_root / f".{job.key}.lock",
-            lambda: loadable(entries.find(cache_root, job.key, MARKER)),
-        )
+
+        def cached() -> Path | None:
+            found = loadable(entries.find(cache_root, job.key, MARKER))
+            return found if found is None or marker_of(found) is not None else None
+
+        return Entry(cache_root / f"{readable(job.name)}_{job.key}", cache_root / f".{job.key}.lock", cached)
     out = Path(cfg.output_dir).expanduser().resolve()
 
     def existing() -> Path | None:
-        if (out / MARKER).is_file() and entries.read_marker(out, MARKER).get("key") == job.key:
+        if (out / MARKER).is_file() and (marker := marker_of(out)) is not None and marker.key == job.key:
             return loadable(out)
         return None
 
@@ -247,6 +258,6 @@ def _decide(
     check_output_dir(cfg)
     entry = entry_for(job, cfg, cache_root)
     found = entry.existing()
-    fingerprint = entries.read_marker(found, MARKER)["fingerprint"] if found else None
+    fingerprint = entries.read_marker(found, CONVERTED).fingerprint if found else None
     action: Action = "hit" if found and not cfg.force else "convert"
     return Decision(cfg.source, job.kind, name, action, found or entry.path, fingerprint, layout, download, job, entry)

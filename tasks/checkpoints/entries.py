@@ -19,19 +19,30 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
 from filelock import FileLock, Timeout
+from pydantic import BaseModel
 
 from core.logs import get_logger
 
 WAIT_NOTE_S = 10.0  # how often a waiting process says it still waits (the progress cadence)
 
+M = TypeVar("M", bound=BaseModel)
+
 
 @dataclass(frozen=True)
-class Built:
+class MarkerFile(Generic[M]):
+    """An entry's marker: its file name, and how its text is read back."""
+
+    name: str
+    parse: Callable[[str], M]
+
+
+@dataclass(frozen=True)
+class Built(Generic[M]):
     path: Path
-    info: dict[str, Any]
+    info: M  # the marker
     built: bool  # False: it was already there (a cache hit)
 
 
@@ -47,17 +58,18 @@ def find(root: Path, key: str, marker: str) -> Path | None:
     return None
 
 
-def read_marker(folder: Path, marker: str) -> dict[str, Any]:
-    return json.loads((folder / marker).read_text())
+def read_marker(folder: Path, marker: MarkerFile[M]) -> M:
+    """The marker of `folder`; pydantic's ValidationError if it does not parse as `marker` says."""
+    return marker.parse((folder / marker.name).read_text())
 
 
-def write_marker(folder: Path, marker: str, info: dict[str, Any]) -> None:
-    tmp = folder / f".{marker}.tmp"
+def write_marker(folder: Path, name: str, info: BaseModel) -> None:
+    tmp = folder / f".{name}.tmp"
     with tmp.open("w") as fh:
-        json.dump(info, fh, indent=2, sort_keys=True)
+        json.dump(info.model_dump(mode="json"), fh, indent=2, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, folder / marker)
+    os.replace(tmp, folder / name)
 
 
 def temp_folders(target: Path) -> list[Path]:
@@ -88,7 +100,7 @@ def locked(lock_path: Path, what: str) -> Iterator[None]:
         lock.release()
 
 
-def build(target: Path, marker: str, produce: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+def build(target: Path, marker: MarkerFile[M], produce: Callable[[Path], M]) -> M:
     """Run `produce(tmp)`, write the marker last, move the folder into place. Call under the lock."""
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in temp_folders(target):  # left by a builder that died (we hold the lock: none is alive)
@@ -97,7 +109,7 @@ def build(target: Path, marker: str, produce: Callable[[Path], dict[str, Any]]) 
     tmp.mkdir()
     try:
         info = produce(tmp)
-        write_marker(tmp, marker, info)
+        write_marker(tmp, marker.name, info)
         if target.exists():  # forced, replaced, or a leftover without a marker
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -110,12 +122,12 @@ def build(target: Path, marker: str, produce: Callable[[Path], dict[str, Any]]) 
 def ensure(
     target: Path,
     lock_path: Path,
-    marker: str,
-    produce: Callable[[Path], dict[str, Any]],
+    marker: MarkerFile[M],
+    produce: Callable[[Path], M],
     what: str,
     existing: Callable[[], Path | None],
     force: bool = False,
-) -> Built:
+) -> Built[M]:
     """The entry `existing()` finds, or a new one built at `target`; `force` rebuilds it."""
     if not force and (found := existing()) is not None:
         return Built(found, read_marker(found, marker), False)

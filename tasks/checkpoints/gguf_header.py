@@ -20,6 +20,8 @@ from tasks.checkpoints.errors import CheckpointError
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
+GgufScalar = int | float | bool | str  # what a key-value holds, arrays left out
+
 # ggml type id: (elements per block, bytes per block), as gguf-py's GGML_QUANT_SIZES
 GGML_BLOCKS: dict[int, tuple[int, int]] = {
     0: (1, 4),  # F32
@@ -72,7 +74,7 @@ class _Truncated(Exception):
 class GgufHeader:
     version: int
     architecture: str | None
-    metadata: dict[str, Any]  # scalar and string values only (arrays such as the vocabulary are skipped)
+    metadata: dict[str, GgufScalar]  # scalar and string values only (arrays such as the vocabulary are skipped)
     tensors: int
     elements: int  # of all tensors: the converted folder holds about this many values
     data_start: int
@@ -104,7 +106,7 @@ class _Reader:
             raise _Truncated
         return raw.decode("utf-8", errors="replace")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int) -> GgufScalar | None:
         if kind in SCALARS:
             return self.take(SCALARS[kind])
         if kind == STRING:
@@ -133,7 +135,7 @@ def read_header(path: Path) -> GgufHeader:
             if version not in (2, 3):
                 raise CheckpointError(f"{path}: GGUF version {version} is not one this converter reads (2 or 3)")
             n_tensors, n_kv = reader.count("tensor"), reader.count("key-value")
-            metadata: dict[str, Any] = {}
+            metadata: dict[str, GgufScalar] = {}
             for _ in range(n_kv):
                 key, kind = reader.string(), reader.take("I")
                 value = reader.value(kind)
@@ -167,4 +169,6 @@ def read_header(path: Path) -> GgufHeader:
             "or copy?); fetch it again"
         )
     architecture = metadata.get("general.architecture")
+    if not isinstance(architecture, str):  # a GGUF that names none (or not as a string)
+        architecture = None
     return GgufHeader(version, architecture, metadata, n_tensors, total, data_start, needed, size)

@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TypedDict
 
 from _runtime_io import Failure, progress, run_main  # sibling modules: this file runs as a script
-from hf_check import check_folder
+from hf_check import FolderValidation, check_folder
 
 
-def convert(gguf_path: str, out_dir: str, dtype_name: str) -> dict[str, Any]:
+class GgufSeconds(TypedDict):
+    convert: float
+    validate: float
+
+
+class GgufConversion(FolderValidation):
+    """The result (evalflow reads it as results.GgufConversion: keep the two in step)."""
+
+    dtype: str
+    source_bytes: int
+    files: list[str]
+    seconds: GgufSeconds
+    pid: int
+
+
+def convert(gguf_path: str, out_dir: str, dtype_name: str) -> GgufConversion:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -42,17 +57,17 @@ def convert(gguf_path: str, out_dir: str, dtype_name: str) -> dict[str, Any]:
         raise Failure(f"{gguf_path}: the GGUF carries no chat template; give the model one explicitly")
     written = time.monotonic()
     summary = check_folder(out_dir, dtype_name)
-    return {
+    return GgufConversion(
         **summary,
-        "dtype": dtype_name,
-        "source_bytes": os.path.getsize(gguf_path),
-        "files": sorted(os.listdir(out_dir)),
-        "seconds": {"convert": round(written - started, 3), "validate": round(time.monotonic() - written, 3)},
-        "pid": os.getpid(),
-    }
+        dtype=dtype_name,
+        source_bytes=os.path.getsize(gguf_path),
+        files=sorted(os.listdir(out_dir)),
+        seconds=GgufSeconds(convert=round(written - started, 3), validate=round(time.monotonic() - written, 3)),
+        pid=os.getpid(),
+    )
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+def main(argv: list[str]) -> GgufConversion:
     if len(argv) != 3:
         raise Failure("usage: gguf_to_hf.py GGUF_PATH OUT_DIR DTYPE")
     return convert(*argv)

@@ -13,11 +13,13 @@ import json
 import os
 import threading
 import uuid
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+from pydantic import JsonValue
 
 MARKER = "evalflow-model.json"
 MEMO_NAME = ".sha256-memo.json"
@@ -143,6 +145,6 @@ def folder_fingerprint(folder: Path, memo: HashMemo | None = None) -> str:
     return digest.hexdigest()
 
 
-def key_of(parts: dict[str, Any]) -> str:
+def key_of(parts: Mapping[str, JsonValue]) -> str:
     """A short stable hash of a JSON-able description (the cache entry's key)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

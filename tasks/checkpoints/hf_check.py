@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from _runtime_io import Failure, run_main  # sibling module: this file runs as a script
 
@@ -107,7 +107,19 @@ SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 FLOAT_DTYPES = ("BF16", "F16", "F32", "F64", "F8_E4M3", "F8_E5M2")
 
 
-def check_folder(folder: str, dtype: str | None = None) -> dict[str, Any]:
+class FolderValidation(TypedDict):
+    """The result (evalflow reads it as results.FolderValidation: keep the two in step)."""
+
+    architecture: str
+    tensors: int
+    tied: list[str]
+    parameters: int
+    safetensors_dtypes: list[str]
+    weight_files: list[str]
+    chat_template: bool
+
+
+def check_folder(folder: str, dtype: str | None = None) -> FolderValidation:
     """Full validation of an HF folder; raises Failure with what is wrong."""
     path = Path(folder)
     if not (path / "config.json").is_file():
@@ -131,15 +143,15 @@ def check_folder(folder: str, dtype: str | None = None) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception as exc:
         raise Failure(f"the tokenizer in {folder} does not load: {exc}") from exc
-    return {
-        "architecture": (getattr(config, "architectures", None) or ["?"])[0],
-        "tensors": len(got),
-        "tied": sorted(tied),
-        "parameters": sum(_numel(s) for s in got.values()),
-        "safetensors_dtypes": sorted(dtypes),
-        "weight_files": files,
-        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
-    }
+    return FolderValidation(
+        architecture=(getattr(config, "architectures", None) or ["?"])[0],
+        tensors=len(got),
+        tied=sorted(tied),
+        parameters=sum(_numel(s) for s in got.values()),
+        safetensors_dtypes=sorted(dtypes),
+        weight_files=files,
+        chat_template=bool(getattr(tokenizer, "chat_template", None)),
+    )
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -149,7 +161,7 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+def main(argv: list[str]) -> FolderValidation:
     if len(argv) not in (1, 2):
         raise Failure("usage: hf_check.py FOLDER [DTYPE]")
     return check_folder(argv[0], argv[1] if len(argv) == 2 else None)

@@ -18,12 +18,21 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from _runtime_io import TOKENIZER_FILES, Failure, progress, run_main  # sibling modules: this file runs as a script
 
 
-def export(args: argparse.Namespace) -> dict[str, Any]:
+class DcpExport(TypedDict):
+    """The result (evalflow reads it as results.DcpExport: keep the two in step)."""
+
+    weights_dir: str
+    tensors: int
+    bytes: int
+    files: list[str]
+
+
+def export(args: argparse.Namespace) -> DcpExport:
     import torch
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
@@ -34,7 +43,7 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
     files = sorted(hf_dir.glob("*.safetensors"))
     if not files:
         raise Failure(f"{hf_dir} holds no safetensors files")
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {}  # name -> torch tensor
     for file in files:
         state.update({k: v.float() for k, v in load_file(str(file)).items()})
     config = json.loads((hf_dir / "config.json").read_text())
@@ -67,15 +76,15 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
         f"policy:\n  model_name: {json.dumps(model_name)}\n  tokenizer:\n    name: {json.dumps(model_name)}\n"
         "  precision: bfloat16\n"
     )
-    return {
-        "weights_dir": str(weights),
-        "tensors": len(state),
-        "bytes": sum(p.stat().st_size for p in weights.iterdir()),
-        "files": sorted(p.name for p in weights.iterdir()),
-    }
+    return DcpExport(
+        weights_dir=str(weights),
+        tensors=len(state),
+        bytes=sum(p.stat().st_size for p in weights.iterdir()),
+        files=sorted(p.name for p in weights.iterdir()),
+    )
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+def main(argv: list[str]) -> DcpExport:
     parser = argparse.ArgumentParser(prog="hf_to_dcp.py")
     parser.add_argument("hf_dir")
     parser.add_argument("step_dir")

@@ -11,16 +11,25 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.layout import TOKENIZER_CORE
+from tasks.checkpoints.records import FolderCheck
 
 INDEX = "model.safetensors.index.json"
 MAX_HEADER = 100 << 20
 
 
-def safetensors_header(path: Path) -> dict[str, Any]:
+class TensorHeader(TypedDict):
+    """One tensor's entry in a safetensors header (the format's own JSON)."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]  # [start, end) within the data after the header
+
+
+def safetensors_header(path: Path) -> dict[str, TensorHeader]:
     """{tensor name: {dtype, shape, data_offsets}}; raise if the file is shorter than it says."""
     size = path.stat().st_size
     with path.open("rb") as fh:
@@ -41,7 +50,7 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def check_hf_folder(folder: Path) -> dict[str, Any]:
+def check_hf_folder(folder: Path) -> FolderCheck:
     """Raise CheckpointError with what is wrong; return a small summary."""
     config_path = folder / "config.json"
     try:
@@ -52,7 +61,7 @@ def check_hf_folder(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{config_path} does not parse: {exc}") from exc
     if "model_type" not in config and "architectures" not in config:
         raise CheckpointError(f"{config_path} names no model_type or architectures")
-    tensors: dict[str, Any] = {}
+    tensors: dict[str, TensorHeader] = {}
     index_path = folder / INDEX
     shards = sorted(p.name for p in folder.glob("*.safetensors"))
     if index_path.exists():
@@ -85,9 +94,9 @@ def check_hf_folder(folder: Path) -> dict[str, Any]:
     chat = (folder / "chat_template.jinja").exists() or (folder / "chat_template.json").exists()
     if not chat and tokenizer_config.exists():
         chat = "chat_template" in json.loads(tokenizer_config.read_text())
-    return {
-        "architecture": (config.get("architectures") or [config.get("model_type")])[0],
-        "tensors": len(tensors),
-        "dtypes": sorted({t["dtype"] for t in tensors.values()}),
-        "chat_template": chat,
-    }
+    return FolderCheck(
+        architecture=(config.get("architectures") or [config.get("model_type")])[0],
+        tensors=len(tensors),
+        dtypes=sorted({t["dtype"] for t in tensors.values()}),
+        chat_template=chat,
+    )

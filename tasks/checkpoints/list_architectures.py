@@ -3,25 +3,35 @@ cached beside the runtime by `architectures.py`. vLLM's registry is read without
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from _runtime_io import run_main  # sibling module: this file runs as a script
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+class RuntimeLists(TypedDict):
+    """The result (evalflow reads it as results.RuntimeLists: keep the two in step)."""
+
+    vllm: str
+    transformers: str
+    vllm_architectures: list[str]
+    model_types: list[str]
+    gguf_architectures: list[str]
+
+
+def main(argv: list[str]) -> RuntimeLists:
     import transformers
     import vllm
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from vllm.model_executor.models.registry import ModelRegistry
 
-    return {
-        "vllm": vllm.__version__,
-        "transformers": transformers.__version__,
-        "vllm_architectures": sorted(ModelRegistry.get_supported_archs()),
-        "model_types": sorted(CONFIG_MAPPING_NAMES),
-        "gguf_architectures": sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}),
-    }
+    return RuntimeLists(
+        vllm=vllm.__version__,
+        transformers=transformers.__version__,
+        vllm_architectures=sorted(ModelRegistry.get_supported_archs()),
+        model_types=sorted(CONFIG_MAPPING_NAMES),
+        gguf_architectures=sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}),
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,14 @@ from core.logs import get_logger
 from tasks.checkpoints import entries
 from tasks.checkpoints.decide import Decision, cache_root_of, decide
 from tasks.checkpoints.errors import CheckpointError
-from tasks.checkpoints.hashing import MARKER, folder_fingerprint, key_of, memo_for
+from tasks.checkpoints.hashing import folder_fingerprint, key_of, memo_for
 from tasks.checkpoints.light_check import check_hf_folder
+from tasks.checkpoints.records import CONVERTED, Cache, ConversionMarker, ConvertedBy, ModelPlan
+from tasks.checkpoints.results import FolderValidation
 from tasks.checkpoints.runner import run_script
 from tasks.runtime.venv import ensure_runtime
 
-__all__ = ["CheckpointError", "PreparedModel", "plan_model", "prepare_model", "prepare_model_impl"]
+__all__ = ["CheckpointError", "ModelPlan", "PreparedModel", "plan_model", "prepare_model", "prepare_model_impl"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +47,13 @@ class PreparedModel:
     kind: str  # "gguf", "dcp", "hf", "hub" (or "external", made by the flow)
     cache_hit: bool = False  # no conversion (or validation) ran for this call
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def convert(decision: Decision, cfg: ModelConfig) -> PreparedModel:
     job, entry = decision.job, decision.entry
     assert job is not None and entry is not None
     logger = get_logger()
 
-    def produce(tmp: Path) -> dict[str, Any]:
+    def produce(tmp: Path) -> ConversionMarker:
         started = time.monotonic()
         mb = job.source_bytes / 1e6
         logger.info("converting %s (%s, %.0f MB, %s) -> %s", cfg.source, job.kind, mb, cfg.dtype, entry.path)
@@ -65,28 +64,31 @@ def convert(decision: Decision, cfg: ModelConfig) -> PreparedModel:
             raise CheckpointError(f"the conversion of {cfg.source} wrote no loadable model: {exc}") from None
         seconds = time.monotonic() - started
         logger.info("converted %s in %.1f s (%.0f MB/s of source)", cfg.source, seconds, mb / seconds)
-        return {
-            **{k: details.get(k) for k in ("architecture", "parameters", "dtype", "files")},
-            "fingerprint": folder_fingerprint(tmp),
-            "kind": job.kind,
-            "source": cfg.source,
-            "key": job.key,
-            "options": job.options,
-            "inputs": job.inputs,
-            "source_bytes": job.source_bytes,
-            "seconds": round(seconds, 3),
-            "converter": details,
-            "converted_by": {"pid": os.getpid(), "host": socket.gethostname()},
-            "created": time.time(),
-        }
+        return ConversionMarker(
+            architecture=details.architecture,
+            parameters=details.parameters,
+            dtype=details.dtype,
+            files=details.files,
+            fingerprint=folder_fingerprint(tmp),
+            kind=job.kind,
+            source=cfg.source,
+            key=job.key,
+            options=job.options,
+            inputs=job.inputs,
+            source_bytes=job.source_bytes,
+            seconds=round(seconds, 3),
+            converter=details,
+            converted_by=ConvertedBy(pid=os.getpid(), host=socket.gethostname()),
+            created=time.time(),
+        )
 
     built = entries.ensure(
-        entry.path, entry.lock, MARKER, produce, f"the conversion of {cfg.source}", entry.existing, cfg.force
+        entry.path, entry.lock, CONVERTED, produce, f"the conversion of {cfg.source}", entry.existing, cfg.force
     )
     if not built.built:
         logger.info("checkpoint cache hit: %s", built.path)
     name = decision.served_name
-    return PreparedModel(str(built.path), name, built.info["fingerprint"], cfg.source, job.kind, not built.built)
+    return PreparedModel(str(built.path), name, built.info.fingerprint, cfg.source, job.kind, not built.built)
 
 
 def execute(decision: Decision, cfg: ModelConfig, runtime_flavor: str) -> PreparedModel:
@@ -102,7 +104,7 @@ def execute(decision: Decision, cfg: ModelConfig, runtime_flavor: str) -> Prepar
         return PreparedModel(folder, name, fingerprint, cfg.source, "hf", True)
     assert decision.action == "serve-in-place", decision.action
     if not decision.validated:  # a full load once per content (again if forced): quick checks miss some breakage
-        run_script(ensure_runtime(runtime_flavor), "hf_check.py", [folder], f"validating {folder}")
+        run_script(ensure_runtime(runtime_flavor), "hf_check.py", [folder], f"validating {folder}", FolderValidation)
         memo_for(cache_root_of(cfg)).mark_validated(fingerprint)
     return PreparedModel(folder, name, fingerprint, cfg.source, "hf", decision.validated)
 
@@ -129,7 +131,7 @@ def describe(decision: Decision, dtype: str) -> str:
     }[decision.action]
 
 
-def cache_state(decision: Decision, force: bool) -> str:
+def cache_state(decision: Decision, force: bool) -> Cache:
     if decision.action == "hit":
         return "hit"
     if decision.action == "convert":
@@ -137,31 +139,30 @@ def cache_state(decision: Decision, force: bool) -> str:
     return "unknown" if decision.action in ("download+serve", "download+convert", "fetch+convert") else "n/a"
 
 
-def plan_model(cfg: ModelConfig, runtime_flavor: str = "auto", check_hub: bool = True) -> dict[str, Any]:
-    """What `prepare_model_impl(cfg)` would do, without converting or downloading anything.
-
-    Keys: source, dtype, force, skip, kind, served_name, action, cache ("hit", "miss", "forced",
-    "n/a" or "unknown"), target (None until a download or fetch), fingerprint (None when unknown),
-    layout (DCP), download (remote sources), light_check (served folders), key and convert
-    (conversions: converter inputs and source bytes). Local sources are hashed (memoised).
+def plan_model(cfg: ModelConfig, runtime_flavor: str = "auto", check_hub: bool = True) -> ModelPlan:
+    """What `prepare_model_impl(cfg)` would do, without converting or downloading anything (its
+    `model_dump()` is the plan as the dry runs print it). Local sources are hashed (memoised).
     Raises CheckpointError where prepare would fail before converting.
     """
     decision = decide(cfg, runtime_flavor, fetch=False, check_hub=check_hub)
-    plan: dict[str, Any] = {"source": cfg.source, "dtype": cfg.dtype, "force": cfg.force, "skip": cfg.skip}
-    plan.update(kind=decision.kind, served_name=decision.served_name)
-    if decision.layout is not None:
-        plan["layout"] = decision.layout
-    if decision.download is not None:
-        plan["download"] = decision.download.to_dict()
-    plan.update(action=describe(decision, cfg.dtype), cache=cache_state(decision, cfg.force))
-    plan.update(target=decision.target, fingerprint=decision.fingerprint)
-    if decision.light_check is not None:
-        plan["light_check"] = decision.light_check
-    if decision.job is not None:
-        job = decision.job
-        plan["key"] = job.key
-        plan["convert"] = {"converter": job.kind, "bytes": job.source_bytes, "options": job.options, **job.details}
-    return plan
+    job = decision.job
+    return ModelPlan(
+        source=cfg.source,
+        dtype=cfg.dtype,
+        force=cfg.force,
+        skip=cfg.skip,
+        kind=decision.kind,
+        served_name=decision.served_name,
+        layout=decision.layout,
+        download=decision.download.plan() if decision.download is not None else None,
+        action=describe(decision, cfg.dtype),
+        cache=cache_state(decision, cfg.force),
+        target=decision.target,
+        fingerprint=decision.fingerprint,
+        light_check=decision.light_check,
+        key=job.key if job is not None else None,
+        convert=job.plan if job is not None else None,
+    )
 
 
 def _cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:

@@ -25,8 +25,10 @@ from core.store import Store, StoreError
 from tasks.checkpoints import entries
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.hashing import key_of
+from tasks.checkpoints.records import DownloadMarker
 
 DOWNLOAD_MARKER = ".evalflow-download.json"  # a dot-file: not part of the served folder's fingerprint
+DOWNLOADED = entries.MarkerFile(DOWNLOAD_MARKER, DownloadMarker.model_validate_json)
 STAMP_FIELDS = ("ETag", "etag", "md5Hash", "LastModified", "mtime", "updated", "created")
 
 
@@ -62,7 +64,7 @@ def open_fs(store: Store, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         raise CheckpointError(f"cannot open {url} ({exc.__cause__}); check the URL and model.storage_options") from exc
 
 
-def _remote_file(info: dict[str, Any]) -> RemoteFile:
+def _remote_file(info: dict[str, Any]) -> RemoteFile:  # fsspec's `info` of one file
     stamp = next((info[k] for k in STAMP_FIELDS if info.get(k) is not None), "")
     return RemoteFile(int(info.get("size") or 0), str(stamp))
 
@@ -127,7 +129,7 @@ def download(store: Store, listing: Listing, needed: Iterable[str], root: Path, 
     key = download_key(listing, needed)
     total = sum(listing.files[rel].size for rel in needed)
 
-    def fetch(tmp: Path) -> dict[str, Any]:
+    def fetch(tmp: Path) -> DownloadMarker:
         fs, base = open_fs(store, listing.url)
         base = base.rstrip("/")
         started = time.monotonic()
@@ -144,19 +146,13 @@ def download(store: Store, listing: Listing, needed: Iterable[str], root: Path, 
                 raise CheckpointError(f"{listing.url}/{rel} changed while it was downloaded; try again")
         seconds = time.monotonic() - started
         get_logger().info("downloaded %.1f MB in %.1f s", total / 1e6, seconds)
-        files = {rel: [listing.files[rel].size, listing.files[rel].stamp] for rel in needed}
-        return {
-            "url": listing.url,
-            "files": files,
-            "bytes": total,
-            "seconds": round(seconds, 3),
-            "created": time.time(),
-        }
+        files = {rel: (listing.files[rel].size, listing.files[rel].stamp) for rel in needed}
+        return DownloadMarker(url=listing.url, files=files, bytes=total, seconds=round(seconds, 3), created=time.time())
 
     built = entries.ensure(
         target=root / f"{name}_{key}",
         lock_path=root / f".{key}.lock",
-        marker=DOWNLOAD_MARKER,
+        marker=DOWNLOADED,
         produce=fetch,
         what=f"the download of {listing.url}",
         existing=lambda: entries.find(root, key, DOWNLOAD_MARKER),

@@ -1,8 +1,9 @@
 """Run a converter script inside the vLLM runtime (the orchestrator has no torch) and read its result.
 
-The script's progress lines are logged as they come, its one result line is returned, and a
-user-facing failure becomes a CheckpointError with the script's message. The child is killed if
-we are interrupted, and dies with us if we are killed (it sets PR_SET_PDEATHSIG itself).
+The script's progress lines are logged as they come, its one result line is returned (validated
+against the model of `results.py` the caller names), and a user-facing failure becomes a
+CheckpointError with the script's message. The child is killed if we are interrupted, and dies with
+us if we are killed (it sets PR_SET_PDEATHSIG itself).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from core.logs import get_logger
 from tasks.checkpoints.errors import CheckpointError
@@ -26,6 +29,8 @@ RESULT_PREFIX = "EVALFLOW-RESULT "  # keep in step with _runtime_io.py (which ca
 ERROR_PREFIX = "EVALFLOW-ERROR "
 PROGRESS_PREFIX = "[convert] "
 PROGRESS_S = 10.0  # the cadence of every progress line (collection, server start, waiting)
+
+R = TypeVar("R", bound=BaseModel)
 
 
 def script_env(runtime: Runtime) -> dict[str, str]:
@@ -72,13 +77,16 @@ def _heartbeat(what: str, watch: Watch, stop: threading.Event) -> None:
         get_logger().info(line)
 
 
-def run_script(runtime: Runtime, script: str, args: list[str], what: str, watch: Watch | None = None) -> dict[str, Any]:
-    """Run `tasks/checkpoints/<script>` with the runtime's python; return its result dict. With `watch`
-    a line every PROGRESS_S says how far it is (bytes written of those expected, estimated end)."""
+def run_script(
+    runtime: Runtime, script: str, args: list[str], what: str, result: type[R], watch: Watch | None = None
+) -> R:
+    """Run `tasks/checkpoints/<script>` with the runtime's python; return its result line as `result` (the
+    script's TypedDict of that name, validated). With `watch` a line every PROGRESS_S says how far it is
+    (bytes written of those expected, estimated end)."""
     logger = get_logger()
     cmd = [str(runtime.python), str(HERE / script), *args]
     tail: deque[str] = deque(maxlen=40)
-    result: dict[str, Any] | None = None
+    printed: str | None = None
     error: str | None = None
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -92,7 +100,7 @@ def run_script(runtime: Runtime, script: str, args: list[str], what: str, watch:
         for line in proc.stdout:
             line = line.rstrip("\n")
             if line.startswith(RESULT_PREFIX):
-                result = json.loads(line[len(RESULT_PREFIX) :])
+                printed = line[len(RESULT_PREFIX) :]
             elif line.startswith(ERROR_PREFIX):
                 error = json.loads(line[len(ERROR_PREFIX) :])
             elif line.startswith(PROGRESS_PREFIX):
@@ -107,6 +115,9 @@ def run_script(runtime: Runtime, script: str, args: list[str], what: str, watch:
             proc.wait()
     if error is not None:
         raise CheckpointError(f"{what}: {error}")
-    if code != 0 or result is None:
+    if code != 0 or printed is None:
         raise CheckpointError(f"{what} failed (exit {code}); last output:\n" + "\n".join(tail))
-    return result
+    try:
+        return result.model_validate_json(printed)
+    except ValidationError as exc:  # the script and results.py are out of step: a defect, said plainly
+        raise CheckpointError(f"{what}: {script} printed a result that is not a {result.__name__}: {exc}") from None

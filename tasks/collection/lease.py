@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from core.logs import get_logger
 from core.store import Store
@@ -61,23 +62,38 @@ def _read_link(path: str) -> str:
         return ""
 
 
-def _this_process() -> dict[str, Any]:
-    """Who holds a lease: enough for a waiter on the same machine to tell whether the holder still lives."""
+class LeaseBody(BaseModel):
+    """A lease object's content: the holder, its process (enough for a waiter on the same machine to tell
+    whether it still lives), and the lease it took. Leases written before the process fields existed lack them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    holder: str = ""
+    host: str | None = None
+    boot: str | None = None
+    pidns: str | None = None
+    pid: int | None = None
+    lease_s: float | None = None
+    at: float | None = None
+
+
+def _this_process() -> LeaseBody:
+    """This process, as a lease names its holder's."""
     try:
         boot = open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115 - one read
     except OSError:
         boot = ""
-    return {"host": socket.gethostname(), "boot": boot, "pidns": _read_link("/proc/self/ns/pid"), "pid": os.getpid()}
+    return LeaseBody(host=socket.gethostname(), boot=boot, pidns=_read_link("/proc/self/ns/pid"), pid=os.getpid())
 
 
-def _holder_died(body: dict[str, Any]) -> bool:
+def _holder_died(body: LeaseBody) -> bool:
     """Whether the lease's holder is a process of this machine (same host, boot and PID namespace) that is
     gone. Anything else (another machine, an older lease without the fields) is judged by its lease."""
     me = _this_process()
-    if not me["boot"] or not me["pidns"] or any(body.get(k) != me[k] for k in ("host", "boot", "pidns")):
+    if not me.boot or not me.pidns or (body.host, body.boot, body.pidns) != (me.host, me.boot, me.pidns):
         return False
-    pid = body.get("pid")
-    if not isinstance(pid, int) or pid == me["pid"]:
+    pid = body.pid
+    if pid is None or pid == me.pid:
         return False
     try:
         os.kill(pid, 0)
@@ -116,7 +132,8 @@ class StoreLeaseLockManager:
         return f"{self.prefix}/{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _put(self, key: str, holder: str, **condition: str) -> str:
-        body = json.dumps({"holder": holder, **_this_process(), "lease_s": self.lease_s, "at": time.time()}).encode()
+        lease = _this_process().model_copy(update={"holder": holder, "lease_s": self.lease_s, "at": time.time()})
+        body = lease.model_dump_json().encode()
         return self.fs.call_s3("put_object", Bucket=self.bucket, Key=self._object(key), Body=body, **condition)["ETag"]
 
     def _etag(self, key: str) -> str | None:
@@ -125,19 +142,19 @@ class StoreLeaseLockManager:
         except FileNotFoundError:
             return None
 
-    def _read(self, key: str) -> tuple[str, dict[str, Any]] | None:
+    def _read(self, key: str) -> tuple[str, LeaseBody] | None:
         """The lock's ETag and then its body (which may be newer than the ETag: a write conditional on
         that ETag then fails), or None where there is none."""
         etag = self._etag(key)
         if etag is None:
             return None
         try:
-            body = json.loads(self.fs.cat_file(f"{self.bucket}/{self._object(key)}"))
+            body = LeaseBody.model_validate_json(self.fs.cat_file(f"{self.bucket}/{self._object(key)}"))
         except FileNotFoundError:
             return None
-        except ValueError:
-            body = {}
-        return etag, body if isinstance(body, dict) else {}
+        except ValueError:  # unreadable (or someone else's object): judged by its lease alone
+            body = LeaseBody()
+        return etag, body
 
     # -- taking and keeping a lease ----------------------------------------------------------------
     def _try_acquire(self, key: str, holder: str) -> bool:
@@ -175,7 +192,7 @@ class StoreLeaseLockManager:
             if _precondition_failed(exc):  # another waiter took it, or the holder renewed just now
                 return None
             raise
-        why = f"its holder (pid {body['pid']} on this host) died" if died else "its holder stopped renewing it"
+        why = f"its holder (pid {body.pid} on this host) died" if died else "its holder stopped renewing it"
         get_logger().warning("batch lock %s: taken over (%s)", key, why)
         self._seen.pop(key, None)
         return etag

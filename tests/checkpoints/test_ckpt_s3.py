@@ -99,11 +99,11 @@ def test_dcp_on_s3_is_downloaded_once_and_converted_and_its_credentials_reach_no
     )
     caplog.set_level(logging.INFO)
     plan = plan_model(cfg)
-    assert (plan["kind"], plan["cache"], plan["download"]["cached"]) == ("dcp", "unknown", False)
+    assert plan.download and (plan.kind, plan.cache, plan.download.cached) == ("dcp", "unknown", False)
     weights = sum(f.stat().st_size for f in (dcp_flat / "policy/weights").rglob("*") if f.is_file())
     step = sum(f.stat().st_size for f in dcp_flat.rglob("*") if f.is_file())  # weights, tokenizer, config.yaml
-    assert weights > 100e6 and plan["action"].startswith("download")
-    assert weights <= plan["download"]["bytes"] <= step  # not the optimizer state (1 MB, only on S3)
+    assert weights > 100e6 and plan.action.startswith("download")
+    assert weights <= plan.download.bytes <= step  # not the optimizer state (1 MB, only on S3)
     assert cache_entries(cache) == []  # the dry run downloaded nothing
 
     model = prepare_model_impl(cfg)
@@ -125,7 +125,7 @@ def test_dcp_on_s3_is_downloaded_once_and_converted_and_its_credentials_reach_no
     seconds = time.perf_counter() - started
     print(f"S3 checkpoint, second request: {seconds * 1000:.0f} ms (listing only)")
     assert again.cache_hit and again.path == model.path and seconds < 2.0
-    assert plan_model(cfg)["cache"] == "hit"
+    assert plan_model(cfg).cache == "hit"
 
     with pytest.raises(CheckpointError) as error:
         prepare_model_impl(cfg.model_copy(update={"source": "s3://ckpt/nothing/step_1"}))
@@ -147,13 +147,13 @@ def test_gguf_on_s3_reuses_the_conversion_of_the_same_bytes(
     cache.mkdir()
     shutil.copytree(smollm2.path, cache / Path(smollm2.path).name)  # the local conversion of these bytes
     cfg = ModelConfig(source="s3://ckpt-gguf/smol/SmolLM2.gguf", storage_options=s3, cache_dir=str(cache))
-    assert plan_model(cfg)["download"]["bytes"] == gguf.stat().st_size
+    assert (download := plan_model(cfg).download) and download.bytes == gguf.stat().st_size
 
     model = prepare_model_impl(cfg)  # downloaded, then found by content: no conversion
     assert (model.kind, model.served_name, model.cache_hit) == ("gguf", "smollm2", True)
     assert model.path == str(cache / Path(smollm2.path).name) and model.fingerprint == smollm2.fingerprint
     assert [p.name for p in (cache / "downloads").rglob("*.gguf")] == ["SmolLM2.gguf"]
-    assert plan_model(cfg)["cache"] == "hit"
+    assert plan_model(cfg).cache == "hit"
 
 
 def test_hf_folder_on_s3_is_downloaded_and_served_in_place(

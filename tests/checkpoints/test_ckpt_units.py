@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.config import ModelConfig
 from tasks.checkpoints import entries, hub
@@ -148,7 +148,7 @@ def hf_folder(folder: Path) -> Path:
 def test_light_check_catches_the_index_pitfall_and_truncation(tmp_path: Path) -> None:
     good = hf_folder(tmp_path / "good")
     write_safetensors(good / "model.safetensors", {"a": 8, "b": 4})
-    assert check_hf_folder(good)["tensors"] == 2
+    assert check_hf_folder(good).tensors == 2
 
     pitfall = hf_folder(tmp_path / "pitfall")
     write_safetensors(pitfall / "model.safetensors", {"a": 8})
@@ -172,38 +172,45 @@ def test_light_check_catches_the_index_pitfall_and_truncation(tmp_path: Path) ->
 # --- entries and locks ----------------------------------------------------------------------------
 
 
+class Made(BaseModel):
+    ok: bool
+
+
+M_JSON = entries.MarkerFile("m.json", Made.model_validate_json)
+
+
 def test_a_failed_build_leaves_nothing_and_a_hit_needs_no_lock(tmp_path: Path) -> None:
     target = tmp_path / "m_0123"
 
-    def broken(tmp: Path) -> dict:
+    def broken(tmp: Path) -> Made:
         (tmp / "model.safetensors").write_bytes(b"half")
         raise CheckpointError("converter failed")
 
     with pytest.raises(CheckpointError):
         entries.ensure(
-            target, tmp_path / ".0123.lock", "m.json", broken, "test", lambda: entries.find(tmp_path, "0123", "m.json")
+            target, tmp_path / ".0123.lock", M_JSON, broken, "test", lambda: entries.find(tmp_path, "0123", "m.json")
         )
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
 
-    def good(tmp: Path) -> dict:
+    def good(tmp: Path) -> Made:
         (tmp / "model.safetensors").write_bytes(b"whole")
-        return {"ok": True}
+        return Made(ok=True)
 
     built = entries.ensure(
-        target, tmp_path / ".0123.lock", "m.json", good, "test", lambda: entries.find(tmp_path, "0123", "m.json")
+        target, tmp_path / ".0123.lock", M_JSON, good, "test", lambda: entries.find(tmp_path, "0123", "m.json")
     )
     assert built.built and (target / "m.json").exists()
     again = entries.ensure(
-        target, tmp_path / ".0123.lock", "m.json", broken, "test", lambda: entries.find(tmp_path, "0123", "m.json")
+        target, tmp_path / ".0123.lock", M_JSON, broken, "test", lambda: entries.find(tmp_path, "0123", "m.json")
     )
-    assert not again.built and again.info == {"ok": True}
+    assert not again.built and again.info == Made(ok=True)
 
 
 def test_a_folder_without_marker_is_not_an_entry_and_stale_temps_are_removed(tmp_path: Path) -> None:
     (tmp_path / "m_0123").mkdir()  # e.g. copied by hand, or a foreign leftover
     (tmp_path / ".m_0123.tmp-999-abcdef").mkdir()  # a builder that died
     assert entries.find(tmp_path, "0123", "m.json") is None
-    entries.build(tmp_path / "m_0123", "m.json", lambda tmp: {"ok": True})
+    entries.build(tmp_path / "m_0123", M_JSON, lambda tmp: Made(ok=True))
     assert entries.find(tmp_path, "0123", "m.json") == tmp_path / "m_0123"
     assert entries.temp_folders(tmp_path / "m_0123") == []
 

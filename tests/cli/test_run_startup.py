@@ -36,7 +36,7 @@ def cached_config(tmp_path: Path) -> dict[str, Any]:
         "store": {"url": str(tmp_path / "store")},
     }
     config, store, benchmarks, model_plan = preflight(EvalConfig.model_validate(data))
-    fingerprint = samples_fingerprint(model_plan["fingerprint"], config.server)
+    fingerprint = samples_fingerprint(model_plan.fingerprint, config.server)
     storage = result_storage(store, save=False)
     records = ResultStore(result_storage=storage, serializer=JSONSerializer())
     for item in plan(benchmarks, config, fingerprint, storage, store):

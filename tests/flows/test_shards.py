@@ -11,11 +11,13 @@ import pytest
 from pydantic import SecretStr
 
 from core.config import EvalConfig
+from core.record import ShardRun as ShardRecord
 from core.resolve import open_store
 from core.store import Store
 from envs.registry import get_env
 from flows.shards import (
     Shard,
+    ShardRun,
     check_marker,
     child_parameters,
     deployment_name,
@@ -138,3 +140,12 @@ def test_the_parent_counts_shard_batches_as_their_records_reach_the_store(tmp_pa
 
     asyncio.run(main())
     assert progress.done == 12
+
+
+def test_a_shard_run_is_recorded_as_the_run_records_shard() -> None:
+    shard = Shard(run_id="r", index=1, count=2, batches=["k1", "k3"], samples_fingerprint="f")
+    run = ShardRun(shard, ["a", "b"], "Completed", "", 61.24)
+    record = run.as_record()
+    assert isinstance(record, ShardRecord)
+    assert record.model_dump() == {"index": 1, "batches": 2, "state": "Completed", "attempts": 2,
+                                   "flow_runs": ["a", "b"], "seconds": 61.2, "message": ""}  # fmt: skip

@@ -13,9 +13,13 @@ from typer.testing import CliRunner, Result
 from cli.main import app
 from core.config import EvalConfig
 from core.overrides import OverrideError, config_data, has_path, set_path
-from flows.sweep import SweepError, expand_grid, load_sweep
+from core.record import IndexEntry
+from core.store import Store
+from core.sweep_record import SweepPoint, SweepRecord
+from flows.sweep import SweepError, _attach_runs, expand_grid, load_sweep
+from tasks.reporting.index import update_index
 from tasks.reporting.render import render_html, render_markdown
-from tasks.reporting.sweep import points_table, sweep_view
+from tasks.reporting.sweep import points_table, sweep_view, write_sweep_report
 from tests.conftest import REPO_ROOT
 
 
@@ -113,15 +117,39 @@ def test_sweep_report_puts_points_side_by_side() -> None:
          "headline": {"gsm8k": headline}, "report": "runs/r0/report.html"},
         {"index": 1, "values": {"sampling.temperature": 0.8}, "state": "Failed", "message": "boom"},
     ]  # fmt: skip
-    table = points_table(info, points)
+    sweep = SweepRecord.model_validate({**info, "points": points})
+    table = points_table(sweep)
     assert table.header[:3] == ["point", "sampling.temperature", "state"]
     assert table.rows[0] == ["p0", "0.6", "Completed", "25.00% (10.0–50.0%)", "50.00%", "0.250", "r0"]
     assert table.rows[1][2] == "Failed" and table.rows[1][-1] == "boom"
-    view = sweep_view(info, points)
+    view = sweep_view(sweep)
     md = render_markdown("sweep.md.j2", view=view)
     assert "runs/r0/report.html" in md and "| p1 | 0.8 | Failed |" in md
     page = render_html("sweep.html.j2", view=view)
     assert "sweep-accuracy" in page and 'href="../../runs/r0/report.html"' in page
+
+
+def test_points_find_their_runs_and_sweep_json_is_the_record(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    headline = {"accuracy": 0.25, "accuracy_ci": [0.1, 0.5], "pass@n": 0.5, "mean_reward": 0.25}
+    update_index(store, IndexEntry(run_id="r0", flow_run_id="f0", headline={"gsm8k": headline}, report="runs/r0/x"))
+    update_index(store, IndexEntry(run_id="r1", headline={"gsm8k": headline}, report="runs/r1/x"))
+    values = [{"sampling.temperature": t} for t in (0.6, 0.8, 1.0)]
+    points = [
+        SweepPoint(index=0, values=values[0], state="Completed", flow_run_id="f0"),  # a deployment's child
+        SweepPoint(index=1, values=values[1], state="Completed", run_id="r1"),  # run in the sweep's process
+        SweepPoint(index=2, values=values[2], state="Failed", message="boom", flow_run_id="f2"),
+    ]
+    found = _attach_runs(points, store)
+    assert [(p.run_id, p.report, list(p.headline)) for p in found] == [
+        ("r0", "runs/r0/x", ["gsm8k"]), ("r1", "runs/r1/x", ["gsm8k"]), (None, None, [])
+    ]  # fmt: skip
+    assert found[2] == points[2]
+    sweep = SweepRecord(sweep_id="sw2", grid={"sampling.temperature": [0.6, 0.8, 1.0]}, points=found)
+    urls = write_sweep_report(store, sweep)
+    written = json.loads(Path(urls["json"]).read_text())
+    assert SweepRecord.model_validate(written) == sweep
+    assert written["points"][0]["headline"]["gsm8k"]["pass@n"] == 0.5 and written["points"][2]["message"] == "boom"
 
 
 def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path) -> None:

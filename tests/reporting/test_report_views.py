@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from core.schema import EnvMetric, Interval, RunMetrics, to_parquet_bytes
 from core.store import Store
+from core.sweep_record import SweepRecord
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.format import md_cell
 from tasks.reporting.headline import headline_records, headline_rows
@@ -157,7 +158,7 @@ def test_sweep_markdown_and_html_from_one_view(tmp_path: Path) -> None:
          "headline": {"alpha": headline}, "report": "runs/r0/report.html"},
         {"index": 1, "values": {"sampling.temperature": 0.8}, "state": "Failed", "message": "boom | <b>"},
     ]  # fmt: skip
-    view = sweep_view(info, points)
+    view = sweep_view(SweepRecord.model_validate({**info, "points": points}))
     md, page = render_markdown("sweep.md.j2", view=view), render_html("sweep.html.j2", view=view)
     grid = "Grid: `sampling.temperature` = [0.6, 0.8]; 2 points via `this process`."
     assert md.startswith(f"# Sweep sw1: &lt;t&gt;\n\n{grid}\n")

@@ -14,7 +14,7 @@ from core.schema import RunMetrics
 from core.store import Store
 from tasks.analysis.compare import baseline_comparison, compare, find_baseline, rate_delta
 from tasks.analysis.metrics import compute_metrics
-from tasks.analysis.stats import wilson, wilson_interval
+from tasks.analysis.stats import wilson_ci, wilson_interval
 from tests.tasks.conftest import run_info
 
 
@@ -138,7 +138,7 @@ def test_a_schema_2_baseline_compares_its_info_rates_by_key() -> None:
     """An old metrics.json (info_rates, ci.info_rates) still validates and its rates match by key."""
     old = bench(0.5, 100, info_rates={"strict_correct": 0.6}, schema_version=2)
     del old["env_metrics"]
-    old["ci"]["info_rates"] = {"strict_correct": wilson(0.6, 80)}
+    old["ci"]["info_rates"] = {"strict_correct": wilson_ci(0.6, 80).model_dump()}
     baseline = RunMetrics.model_validate({"schema_version": 2, "benchmarks": {"gsm8k": old}})
     assert baseline.schema_version == 2
     cur = bench(0.5, 100, env_metrics=[env_rate("strict_correct", 0.3, 100)])

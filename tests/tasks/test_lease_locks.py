@@ -118,7 +118,7 @@ from tasks.collection.lease import StoreLeaseLockManager
 who, url, endpoint, lease, hold = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
 if len(sys.argv) > 6:  # a process of another machine (its liveness cannot be seen from here)
     me = lease_module._this_process()
-    lease_module._this_process = lambda: {**me, "host": sys.argv[6]}
+    lease_module._this_process = lambda: me.model_copy(update={"host": sys.argv[6]})
 store = Store(url, {"client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}})
 
 class Fixed(CachePolicy):

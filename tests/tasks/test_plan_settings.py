@@ -56,7 +56,7 @@ def test_provenance_records_the_label_environment_and_max_tokens(tmp_path: Path)
     )
     (bench,) = load_benchmarks(config, Store(str(tmp_path / "store")))
     record = benchmark_provenance(bench, None)
-    assert (record["benchmark"], record["env"], record["max_tokens"]) == ("gsm8k_4shot", "gsm8k", 300)
+    assert (record.benchmark, record.env, record.max_tokens) == ("gsm8k_4shot", "gsm8k", 300)
 
 
 @pytest.mark.parametrize(

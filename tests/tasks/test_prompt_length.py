@@ -88,13 +88,13 @@ def test_on_long_prompt_skip_leaves_them_out_and_counts_them(smollm2: PreparedMo
     assert [row["id"] for row in bench.rows] == ["q1", "q2", "q4", "q5"]
     assert bench.long_prompts is not None
     summary = bench.long_prompts
-    assert (summary["skipped"], summary["limit"], summary["policy"]) == (1, 2048 - cfg.sampling.max_tokens, "skip")
-    assert bench.long_prompts["longest"] > 4000
+    assert (summary.skipped, summary.limit, summary.policy) == (1, 2048 - cfg.sampling.max_tokens, "skip")
+    assert bench.long_prompts.longest > 4000
     # max_tokens is part of the limit: with a longer context the same prompt fits
     roomy = cfg.model_copy(update={"server": cfg.server.model_copy(update={"max_model_len": 8192})})
     benchmarks = load_benchmarks(roomy, Store(cfg.store.url))
     (kept,) = check_prompt_lengths(benchmarks, roomy, smollm2.path, smollm2.fingerprint)
-    assert len(kept.rows) == 5 and kept.long_prompts["skipped"] == 0  # type: ignore[index]
+    assert len(kept.rows) == 5 and kept.long_prompts is not None and kept.long_prompts.skipped == 0
     with pytest.raises(DatasetError, match="every prompt is over"):
         only = config(smollm2, dataset(tmp_path / "all.jsonl", (1, 2, 3, 4, 5)), tmp_path, on_long_prompt="skip")
         check_prompt_lengths(load_benchmarks(only, Store(cfg.store.url)), only, smollm2.path, smollm2.fingerprint)

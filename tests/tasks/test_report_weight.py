@@ -16,6 +16,7 @@ import pytest
 from core.record import RunInfo, RunStatus
 from core.schema import BenchmarkMetrics, PromptRow, RunMetrics
 from core.store import Store
+from core.sweep_record import SweepRecord
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.assets import plotly_bundle
 from tasks.reporting.charts import (
@@ -199,7 +200,7 @@ def test_a_sweep_page_links_plotly_and_the_point_reports_relatively(tmp_path: Pa
     reports = {0.6: "runs/r0/report.html", 0.8: elsewhere}
     points = [{"index": i, "values": {"sampling.temperature": t}, "state": "Completed", "headline": {"b": headline},
                "report": report} for i, (t, report) in enumerate(reports.items())]  # fmt: skip
-    urls = write_sweep_report(store, info, points)
+    urls = write_sweep_report(store, SweepRecord.model_validate({**info, "points": points}))
     page = Path(urls["html"]).read_text()
     name = plotly_bundle()[0]
     assert urls["html"] == store.path("sweeps", "sw1", "report.html") and f'src="../../static/{name}"' in page

@@ -88,15 +88,15 @@ def test_provenance_names_versions_hardware_and_data(tmp_path: Path, monkeypatch
     )
     benchmarks = load_benchmarks(config, Store(str(tmp_path)))
     record = provenance(config, benchmarks, None, choose("auto", None, ZEN4))
-    assert record["evalflow"]["version"] and len(record["evalflow"]["commit"] or "x" * 40) == 40
-    assert record["server"]["dtype"] in ("float32", "bfloat16") and record["server"]["cpu"]["reserved_cores"] == 0
-    assert record["hardware"]["cores"] >= 1 and record["runtime"] is None
-    [bench] = record["benchmarks"]
-    assert (bench["benchmark"], bench["rows"], bench["dataset"]) == ("gsm8k", 3, "data/gsm8k/test.jsonl")
-    assert len(bench["dataset_hash"]) == 64 and len(bench["prompt_template_hash"]) == 16
+    assert record.evalflow.version and len(record.evalflow.commit or "x" * 40) == 40
+    assert record.server["dtype"] in ("float32", "bfloat16") and record.server["cpu"]["reserved_cores"] == 0
+    assert (record.hardware.cores or 0) >= 1 and record.runtime is None
+    [bench] = record.benchmarks
+    assert (bench.benchmark, bench.rows, bench.dataset) == ("gsm8k", 3, "data/gsm8k/test.jsonl")
+    assert len(bench.dataset_hash) == 64 and len(bench.prompt_template_hash) == 16
     other = EvalConfig.model_validate(
         {"benchmarks": [{"name": "gsm8k", "limit": 4, "repeats": 1}], "store": {"url": str(tmp_path)}}
     )
-    [bench4] = provenance(other, load_benchmarks(other, Store(str(tmp_path))), None, None)["benchmarks"]
-    assert bench4["dataset_hash"] != bench["dataset_hash"]
-    assert bench4["prompt_template_hash"] == bench["prompt_template_hash"]
+    [bench4] = provenance(other, load_benchmarks(other, Store(str(tmp_path))), None, None).benchmarks
+    assert bench4.dataset_hash != bench.dataset_hash
+    assert bench4.prompt_template_hash == bench.prompt_template_hash
