@@ -76,7 +76,7 @@ def test_sigkill_then_rerun_collects_only_the_missing_batches(
     config.write_text(yaml.safe_dump(data))
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.eval", "--config", str(config)],
+        [sys.executable, "-m", "cli", "run", "--config", str(config)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -154,7 +154,7 @@ def test_a_sigkilled_run_leaves_no_prefect_api_and_analytics_are_off(endpoint: E
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_SERVER_ANALYTICS_ENABLED")}
     env.update(PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="true")  # the user's choice
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.eval", "--config", str(path)], cwd=REPO_ROOT, env=env,
+        [sys.executable, "-m", "cli", "run", "--config", str(path)], cwd=REPO_ROOT, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
