@@ -21,6 +21,7 @@ from prefect.context import TaskRunContext
 from prefect.serializers import JSONSerializer
 
 from core.logs import get_logger
+from core.rollout_row import RolloutRow
 from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
@@ -29,7 +30,7 @@ from tasks.collection.plan import Batch, BatchResult, batch_url
 from tasks.collection.rollout import CollectContext, rollout
 
 
-def write_batch(store: Store, url: str, records: list[dict[str, Any]]) -> None:
+def write_batch(store: Store, url: str, records: list[RolloutRow]) -> None:
     now = datetime.now(UTC)
     for record in records:
         record["created_at"] = now
@@ -43,7 +44,7 @@ def partial_url(store: Store, batch: Batch) -> str:
     return store.path("cache", "partial", f"{batch.cache_key}.parquet")
 
 
-def _kept(store: Store, url: str, batch: Batch) -> dict[tuple[str, int], dict[str, Any]]:
+def _kept(store: Store, url: str, batch: Batch) -> dict[tuple[str, int], RolloutRow]:
     """Finished rollouts an earlier attempt of this batch kept, by (prompt_id, repeat)."""
     if not store.exists(url):
         return {}
@@ -56,7 +57,7 @@ def _kept(store: Store, url: str, batch: Batch) -> dict[tuple[str, int], dict[st
 
 @contextlib.asynccontextmanager
 async def _snapshots(
-    ctx: CollectContext, url: str, finished: dict[tuple[str, int], dict[str, Any]]
+    ctx: CollectContext, url: str, finished: dict[tuple[str, int], RolloutRow]
 ) -> AsyncIterator[list[int]]:
     """Every `ctx.progress_interval_s` while the batch is open, write its finished rollouts to `url` when
     there are new ones, so a killed attempt (SIGKILL, a lost node) keeps them. Yields [rows written];
@@ -92,7 +93,7 @@ async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> Bat
     ctx.progress.add_kept(batch.key, len(kept))
     finished = dict(kept)
 
-    async def one(row: dict[str, Any], repeat: int) -> dict[str, Any]:
+    async def one(row: dict[str, Any], repeat: int) -> RolloutRow:
         key = (env.prompt_id(row), repeat)
         if key in kept:
             return kept[key]

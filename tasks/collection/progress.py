@@ -23,6 +23,7 @@ from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as Bar
 
 from core.logs import get_logger
+from core.rollout_row import RolloutRow
 
 # how often progress is reported and open batches snapshot their finished rollouts (seconds);
 # the run's value comes from CollectContext.progress_interval_s
@@ -71,7 +72,7 @@ class Progress:
         """An attempt of a batch starts with `rollouts` kept by earlier attempts (this run's or a killed one's)."""
         self._top_up(batch_key, rollouts)
 
-    def add_rollout(self, batch_key: str, record: dict[str, Any]) -> None:
+    def add_rollout(self, batch_key: str, record: RolloutRow) -> None:
         """A rollout generated now."""
         self.generated += 1
         self.tokens += record.get("completion_tokens") or 0

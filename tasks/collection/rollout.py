@@ -17,6 +17,7 @@ from typing import Any
 import openai
 
 from core.config import CollectionConfig, SamplingConfig
+from core.rollout_row import AssistantMessage, RolloutRow
 from core.schema import to_json
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
@@ -165,14 +166,14 @@ def _prompt_too_long(ctx: CollectContext, exc: openai.APIStatusError, prompt_id:
     return failure
 
 
-async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, Any], repeat: int) -> dict:
+async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, Any], repeat: int) -> RolloutRow:
     """One rollout -> one scored record. A conversation that outgrows the context is recorded (the model's
     outcome); any other request failure, the first prompt's not fitting included, raises RolloutFailed
     (see tasks.collection.failures)."""
     prompt_id = env.prompt_id(row)
     sampling = batch.sampling or ctx.sampling  # the benchmark's own max_tokens, where it sets one
     seed = rollout_seed(sampling.seed, prompt_id, repeat)
-    record: dict[str, Any] = {
+    record: RolloutRow = {
         "run_id": ctx.run_id,
         "benchmark": batch.benchmark,
         "env_version": env.version,
@@ -232,16 +233,16 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     )
 
 
-def _scored(record: dict[str, Any], score: Score, **fields: Any) -> dict[str, Any]:
+def _scored(record: RolloutRow, score: Score, **fields: Any) -> RolloutRow:
     """The record completed with the request's fields and the env's verdict."""
-    record.update(fields)
+    record.update(fields)  # type: ignore[typeddict-item]
     record.update(reward=score.reward, success=score.success, parsed_answer=score.parsed_answer, info=score.info)
     return record
 
 
-def _assistant_message(message: Any) -> dict[str, Any]:
+def _assistant_message(message: Any) -> AssistantMessage:
     """The assistant turn as a plain chat message (tool calls kept, so the next request carries them)."""
-    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    out: AssistantMessage = {"role": "assistant", "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
@@ -255,9 +256,9 @@ async def _multi_turn(
     env: MultiTurnEnv,
     row: dict[str, Any],
     seed: int,
-    record: dict[str, Any],
+    record: RolloutRow,
     sampling: SamplingConfig,
-) -> dict:
+) -> RolloutRow:
     """Play an episode: request, let the env step on the assistant turn, append its replies, repeat.
 
     Token counts and latency are summed over turns (each turn re-sends the conversation, so prompt

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import polars as pl
 
@@ -106,7 +106,63 @@ def _text(content: Any) -> str | None:
     return json.dumps(content, ensure_ascii=False)
 
 
-def _call(call: Any) -> dict[str, Any]:
+class BrowserCall(TypedDict):
+    """A tool call as static/browser.js shows it (`args`: the index of its arguments' text once added)."""
+
+    id: str | None
+    name: str
+    args: Any
+
+
+class BrowserTurn(TypedDict, total=False):
+    """One turn of a conversation: `role`, `x` (the index of its text), tool `calls`, the answered call `id`."""
+
+    role: str
+    x: int | None
+    calls: list[BrowserCall]
+    id: str
+
+
+class BrowserRow(TypedDict, total=False):
+    """One sampled rollout, keyed as static/browser.js reads it (short keys keep the page small): b benchmark
+    index, p prompt id, r repeat, o outcome, w reward, t completion tokens, n turns, c tool calls, a parsed
+    answer, ref reference, f finish reason, l latency, e error text, m turns, i info text, fb Tetris' final
+    board text."""
+
+    b: int
+    p: str
+    r: int
+    o: str
+    w: float
+    t: int | None
+    n: int
+    c: int
+    a: str | None
+    ref: str | None
+    f: str | None
+    l: float | None  # noqa: E741 - the page's key
+    e: int | None
+    m: list[BrowserTurn]
+    i: int | None
+    fb: int | None
+
+
+class BrowserBenchmark(TypedDict):
+    name: str
+    key: str
+    rollouts: int
+    notes: list[str]
+
+
+class BrowserData(TypedDict):
+    """What the page embeds for static/browser.js: benchmark keys, rows, and the texts rows point into."""
+
+    benchmarks: list[str]
+    rows: list[BrowserRow]
+    texts: list[str]
+
+
+def _call(call: Any) -> BrowserCall:
     fn = call.get("function") if isinstance(call, dict) else None
     fn = fn if isinstance(fn, dict) else {}
     args = fn.get("arguments")
@@ -117,10 +173,10 @@ def _call(call: Any) -> dict[str, Any]:
     }
 
 
-def _turn(message: Any, texts: _Texts) -> dict[str, Any]:
+def _turn(message: Any, texts: _Texts) -> BrowserTurn:
     if not isinstance(message, dict):
         return {"role": "?", "x": texts.add(_text(message))}
-    turn: dict[str, Any] = {"role": str(message.get("role") or "?"), "x": texts.add(_text(message.get("content")))}
+    turn: BrowserTurn = {"role": str(message.get("role") or "?"), "x": texts.add(_text(message.get("content")))}
     if message.get("tool_calls"):
         turn["calls"] = [_call(c) for c in message["tool_calls"]]
         for call in turn["calls"]:
@@ -139,7 +195,7 @@ def _loads(text: str | None) -> Any:
         return text
 
 
-def _turns(row: dict[str, Any], texts: _Texts) -> list[dict[str, Any]]:
+def _turns(row: dict[str, Any], texts: _Texts) -> list[BrowserTurn]:
     """The conversation as turns: the whole transcript when there is one, else the messages sent plus the
     completion; a plain-completion prompt (a JSON string) is one `prompt` turn and the completion a
     `completion` turn."""
@@ -163,10 +219,10 @@ def _outcome(row: dict[str, Any]) -> str:
     return "correct" if row["success"] else "wrong"
 
 
-def _row(row: dict[str, Any], bench: int, texts: _Texts) -> dict[str, Any]:
+def _row(row: dict[str, Any], bench: int, texts: _Texts) -> BrowserRow:
     outcome = _outcome(row)
     info = _loads(row["info"])
-    out = {
+    out: BrowserRow = {
         "b": bench,
         "p": str(row["prompt_id"]),
         "r": row["repeat"],
@@ -196,13 +252,13 @@ def _size(value: Any) -> int:
 class BrowserPage:
     title: str
     report_href: str
-    benchmarks: list[dict[str, Any]]  # name, key, counts and notes, in the report's order
-    data: dict[str, Any] = field(repr=False)  # benchmarks, rows and texts for static/browser.js
+    benchmarks: list[BrowserBenchmark]  # in the report's order
+    data: BrowserData = field(repr=False)
 
 
 def browser_page(title: str, run: RunMetrics, frame: pl.DataFrame) -> BrowserPage:
     """The page's view: every benchmark's sampled rows, in priority order until its byte budget is spent."""
-    texts, rows, benchmarks = _Texts(), [], []
+    texts, rows, benchmarks = _Texts(), list[BrowserRow](), list[BrowserBenchmark]()
     for b, (name, bm) in enumerate(run.benchmarks.items()):
         budget, kept, left_out, prompts = MAX_BENCHMARK_BYTES, 0, 0, set()
         for r in frame.filter(pl.col("benchmark") == name).iter_rows(named=True):
@@ -223,7 +279,7 @@ def browser_page(title: str, run: RunMetrics, frame: pl.DataFrame) -> BrowserPag
         if left_out:
             notes.append(f"{left_out:,} more sampled rollouts left out: the page's size budget is spent.")
         benchmarks.append({"name": name, "key": slug(name), "rollouts": kept, "notes": notes})
-    data = {"benchmarks": [b["key"] for b in benchmarks], "rows": rows, "texts": texts.items}
+    data: BrowserData = {"benchmarks": [b["key"] for b in benchmarks], "rows": rows, "texts": texts.items}
     return BrowserPage(title=f"Rollouts: {title}", report_href="report.html", benchmarks=benchmarks, data=data)
 
 

@@ -146,3 +146,13 @@ def test_a_newer_metrics_document_is_refused() -> None:
     assert RunMetrics().schema_version == METRICS_SCHEMA_VERSION == 5
     with pytest.raises(pydantic.ValidationError, match="newer than this evalflow reads"):
         RunMetrics.model_validate({"schema_version": METRICS_SCHEMA_VERSION + 1})
+
+
+def test_the_in_flight_rollout_row_declares_exactly_the_record_fields() -> None:
+    """RolloutRow (collection's plain-dict row) and RolloutRecord (what a batch file holds) cannot drift apart."""
+    import typing
+
+    from core.rollout_row import RolloutRow
+    from core.schema import RolloutRecord
+
+    assert list(typing.get_type_hints(RolloutRow)) == list(RolloutRecord.model_fields)
