@@ -11,7 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
@@ -217,8 +217,16 @@ class SamplingConfig(_Strict):
     max_tokens: int = Field(512, ge=1)
     seed: int = Field(1234, description="base seed; each rollout's seed is a hash of (seed, prompt id, repeat)")
 
-    def as_request(self) -> dict[str, Any]:
+    def as_request(self) -> SamplingRequest:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+
+class SamplingRequest(TypedDict):
+    """The sampling parameters as a chat/completions request carries them."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
 
 
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -108,6 +108,14 @@ class PromptTokenCounts(_Result):
     counts: list[int]
 
 
+class PromptRequest(TypedDict, total=False):
+    """count_prompt_tokens.py's Request: a plain prompt, or chat messages with their tools."""
+
+    prompt: str
+    messages: list[dict[str, object]]
+    tools: list[dict[str, object]] | None
+
+
 class DcpExport(_Result):
     """hf_to_dcp.py: the DCP checkpoint written from an HF folder (tests and benchmarks)."""
 

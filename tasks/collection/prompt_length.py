@@ -23,27 +23,27 @@ from core.logs import get_logger
 from core.record import LongPrompts
 from envs.base import DatasetError, MultiTurnEnv, SingleTurnEnv, canonical_json
 from tasks.checkpoints.decide import cache_root_of
-from tasks.checkpoints.results import PromptTokenCounts
+from tasks.checkpoints.results import PromptRequest, PromptTokenCounts
 from tasks.checkpoints.runner import run_script
 from tasks.collection.plan import Benchmark
 from tasks.runtime.venv import ensure_runtime
 
 
-def first_request(benchmark: Benchmark, row: dict[str, Any]) -> dict[str, Any]:
+def first_request(benchmark: Benchmark, row: dict[str, Any]) -> PromptRequest:
     """What the rollout's first request carries to the server (see rollout.py)."""
     env = benchmark.env
     if isinstance(env, SingleTurnEnv):
         prompt = env.prompt(row)
         return {"prompt": prompt} if prompt is not None else {"messages": env.messages(row)}
     assert isinstance(env, MultiTurnEnv)
-    request: dict[str, Any] = {"messages": env.reset(row).messages}
+    request: PromptRequest = {"messages": env.reset(row).messages}
     if env.tools():
         request["tools"] = env.tools()
     return request
 
 
 def count_tokens(
-    requests: list[dict[str, Any]], folder: str, fingerprint: str, template: str | None, config: EvalConfig
+    requests: list[PromptRequest], folder: str, fingerprint: str, template: str | None, config: EvalConfig
 ) -> list[int]:
     """Prompt tokens per request, from the cache or the runtime's tokenizer."""
     digest = hashlib.sha256(canonical_json([fingerprint, template, requests]).encode()).hexdigest()[:24]
