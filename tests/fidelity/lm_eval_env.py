@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
@@ -77,6 +78,21 @@ def score_with_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> l
     return timed_lm_eval(items, seed_langdetect=seed_langdetect)[0]
 
 
+def _score(items: list[dict], seed_langdetect: bool) -> tuple[list[dict], float]:
+    payload = "".join(json.dumps({k: item[k] for k in ("task", "doc", "response")}) + "\n" for item in items)
+    env = {**os.environ, "NLTK_DATA": str(NLTK_DATA)}
+    env.pop("VIRTUAL_ENV", None)
+    argv = [str(lm_eval_python()), str(SCORER), *(["--seed-langdetect"] if seed_langdetect else [])]
+    done = subprocess.run(argv, input=payload, capture_output=True, text=True, env=env, check=False)
+    if done.returncode:
+        raise RuntimeError(f"lm-eval scorer failed ({done.returncode}): {done.stderr[-2000:]}")
+    seconds = float(done.stderr.rsplit("scoring seconds:", 1)[1].split()[0])
+    verdicts = [json.loads(line) for line in done.stdout.splitlines()]
+    if len(verdicts) != len(items):
+        raise RuntimeError(f"lm-eval scorer returned {len(verdicts)} verdicts for {len(items)} items")
+    return verdicts, seconds
+
+
 def timed_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> tuple[list[dict], float]:
     """The verdicts and the seconds lm-eval's scoring functions took (imports and start-up excluded).
 
@@ -89,16 +105,13 @@ def timed_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> tuple[
     if cached.exists():
         saved = json.loads(cached.read_text())
         return saved["verdicts"], saved["seconds"]
-    env = {**os.environ, "NLTK_DATA": str(NLTK_DATA)}
-    env.pop("VIRTUAL_ENV", None)
-    argv = [str(lm_eval_python()), str(SCORER), *(["--seed-langdetect"] if seed_langdetect else [])]
-    done = subprocess.run(argv, input=payload, capture_output=True, text=True, env=env, check=False)
-    if done.returncode:
-        raise RuntimeError(f"lm-eval scorer failed ({done.returncode}): {done.stderr[-2000:]}")
-    seconds = float(done.stderr.rsplit("scoring seconds:", 1)[1].split()[0])
-    verdicts = [json.loads(line) for line in done.stdout.splitlines()]
-    if len(verdicts) != len(items):
-        raise RuntimeError(f"lm-eval scorer returned {len(verdicts)} verdicts for {len(items)} items")
+    n = max(1, min(4, os.cpu_count() or 1))  # scorers side by side: a clean machine pays this once
+    with ThreadPoolExecutor(n) as pool:
+        parts = list(pool.map(lambda chunk: _score(chunk, seed_langdetect), [items[i::n] for i in range(n)]))
+    verdicts: list[dict] = [{}] * len(items)
+    for i, (got, _) in enumerate(parts):
+        verdicts[i::n] = got
+    seconds = sum(took for _, took in parts)
     partial = cached.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(json.dumps({"verdicts": verdicts, "seconds": seconds}))
     partial.replace(cached)
