@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from core.migrate import strip_unknown
 from core.schema import METRICS_SCHEMA_VERSION, RunMetrics
@@ -208,7 +208,7 @@ class IndexEntry(_Record):
     total_rollouts: int = 0
     # per benchmark: prompts, n, accuracy and its CI, pass@1/n, maj@n, mean reward and its CI, and the
     # environment's headline metrics by their own keys (so the keys are open)
-    headline: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    headline: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
     report: str | None = None
     metrics: str | None = None
     markdown: str | None = None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from core.record import RunPlan
 
 
 class _Record(BaseModel):
@@ -41,7 +43,7 @@ class SweepPoint(_Record):
     message: str | None = None  # why the child run did not complete
     run_id: str | None = None
     flow_run_id: str | None = None
-    headline: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    headline: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
     report: str | None = None
 
 
@@ -57,9 +59,15 @@ class SweepResult(SweepRecord):
     reports: dict[str, str] = Field(default_factory=dict)
 
 
+class PointPlan(RunPlan):
+    """One grid point's dry run: its values and what its run would do."""
+
+    values: dict[str, Any]  # grid key -> this point's value
+
+
 class SweepPlan(_Record):
-    """A dry run's answer: each point's values and what it would run (flows.plan.plan_run, as JSON)."""
+    """A dry run's answer: each point's values and what it would run (flows.plan.plan_run)."""
 
     points: int
     deployment: str | None = None
-    plans: list[dict[str, Any]] = Field(default_factory=list)
+    plans: list[PointPlan] = Field(default_factory=list)

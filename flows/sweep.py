@@ -31,7 +31,7 @@ from core.logs import get_logger
 from core.overrides import has_path, set_path
 from core.resolve import resolve
 from core.store import Store
-from core.sweep_record import SweepPlan, SweepPoint, SweepRecord, SweepResult
+from core.sweep_record import PointPlan, SweepPlan, SweepPoint, SweepRecord, SweepResult
 from envs.registry import get_env
 from errors import ConfigError
 from flows.eval import eval_flow
@@ -161,7 +161,7 @@ async def sweep_flow(
     resolved = resolve(config)  # a missing block fails here, before anything starts
     logger.info("sweep over %s: %d points via %s", ", ".join(grid), len(points), deployment or "this process")
     if dry_run:
-        plans = [{"values": v, **plan_run(EvalConfig.model_validate(d)).model_dump(mode="json")} for v, d in points]
+        plans = [PointPlan(values=v, **dict(plan_run(EvalConfig.model_validate(d)))) for v, d in points]
         summary = SweepPlan(points=len(points), deployment=deployment, plans=plans)
         logger.info("dry run:\n%s", json.dumps(summary.model_dump(), indent=2, default=str))
         return summary

@@ -26,7 +26,7 @@ from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
 from tasks.collection.failures import BatchFailed, FailureSummary, RolloutFailed
-from tasks.collection.plan import Batch, BatchResult, batch_url
+from tasks.collection.plan import Batch, BatchRecord, BatchResult, batch_url
 from tasks.collection.rollout import CollectContext, rollout
 
 
@@ -170,7 +170,7 @@ def _retryable(_task: Any, _task_run: Any, state: Any) -> bool:
     result_serializer=JSONSerializer(object_encoder="tasks.collection.failures.persisted_form"),
     cache_policy=BatchKeyPolicy(),
 )
-async def collect_batch(ctx: CollectContext, env: Env, batch: Batch) -> dict[str, Any]:
+async def collect_batch(ctx: CollectContext, env: Env, batch: Batch) -> BatchRecord:
     """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole; its
     result (where the file is) is persisted, so a finished batch is never collected again."""
     return (await collect_batch_impl(ctx, env, batch)).as_record()

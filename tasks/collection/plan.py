@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from prefect.filesystems import WritableFileSystem
 
@@ -90,6 +90,16 @@ class Batch:
         return f"batch-{self.key}"
 
 
+class BatchRecord(TypedDict):
+    """A finished batch as its cache record stores it (BatchResult's fields; a test pins that they agree)."""
+
+    url: str
+    rollouts: int
+    errors: int
+    completion_tokens: int
+    seconds: float
+
+
 @dataclass(frozen=True)
 class BatchResult:
     """Where a finished batch's parquet file is, and what it holds: the batch task's cached result."""
@@ -100,10 +110,10 @@ class BatchResult:
     completion_tokens: int
     seconds: float
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> BatchRecord:
         """Plain JSON for the persisted cache record: no pickled class that a refactor could orphan."""
-        return {"url": self.url, "rollouts": self.rollouts, "errors": self.errors,
-                "completion_tokens": self.completion_tokens, "seconds": self.seconds}  # fmt: skip
+        return BatchRecord(url=self.url, rollouts=self.rollouts, errors=self.errors,
+                           completion_tokens=self.completion_tokens, seconds=self.seconds)  # fmt: skip
 
     @classmethod
     def from_record(cls, record: Any) -> BatchResult | None:

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import openai
 
@@ -29,6 +29,19 @@ from tasks.serving.pool import ReplicaPool, replica_down
 from tasks.serving.server import Endpoint
 
 MAX_STOPS = 4  # stop sequences a request may carry (OpenAI's limit, which vLLM enforces)
+
+
+class ChatRequest(TypedDict, total=False):
+    """What a rollout puts in one request beside the model and the sampling parameters: chat messages
+    (with tools), or with `plain` a text completion of `prompt`."""
+
+    messages: list[Any]
+    prompt: str
+    plain: bool
+    seed: int
+    stop: list[str] | None
+    tools: list[dict[str, Any]]
+    tool_choice: str | dict[str, Any]
 
 
 @dataclass
@@ -138,12 +151,12 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
     return text[:cut]
 
 
-async def _chat(ctx: CollectContext, sampling: SamplingConfig, **kwargs: Any) -> tuple[Any, float]:
+async def _chat(ctx: CollectContext, sampling: SamplingConfig, **request: Unpack[ChatRequest]) -> tuple[Any, float]:
     """One request (chat, or a text completion with `plain=True`) under the run's concurrency limit:
     (response, latency in seconds)."""
     async with ctx.requests().slot(request_priority.get()) as ticket:
         started = time.perf_counter()
-        response = await request_with_retries(ctx, model=ctx.server.model, **kwargs, **sampling.as_request())
+        response = await request_with_retries(ctx, model=ctx.server.model, **request, **sampling.as_request())
         latency = time.perf_counter() - started
         ticket.tokens = response.usage.completion_tokens if response.usage else 0
     return response, latency
@@ -198,7 +211,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     if prompt is None:
         messages: list[dict[str, str]] = env.messages(row)
         record["messages"] = messages
-        request: dict[str, Any] = {"messages": messages}
+        request: ChatRequest = {"messages": messages}
     else:
         # Plain completion: the prompt string takes the messages column's place (a JSON string, not a list).
         record["messages"] = to_json(prompt)
@@ -273,7 +286,7 @@ async def _multi_turn(
     finish_reason = None
     completion = ""
     for turn in range(env.max_turns):
-        kwargs: dict[str, Any] = {"messages": messages, "seed": (seed + turn) & 0x7FFFFFFF}
+        kwargs: ChatRequest = {"messages": messages, "seed": (seed + turn) & 0x7FFFFFFF}
         if tools:
             kwargs["tools"] = tools
             if tool_choice is not None:

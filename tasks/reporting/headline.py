@@ -92,7 +92,13 @@ def _columns(metrics: RunMetrics) -> list[tuple[str, str, Callable[[Any], str]]]
     return columns if has_majority_votes(metrics) else [c for c in columns if c[0] != "maj@n"]
 
 
-def headline_rows(metrics: Metrics) -> list[dict[str, Any]]:
+HeadlineValue = str | int | float | tuple[float | None, float | None] | None
+"""A headline cell's raw value: the benchmark's name, a count, a rate or number, or a CI's (low, high)."""
+HeadlineRow = dict[str, HeadlineValue]  # keyed like the columns; environment metrics by their own key
+HeadlineRecord = dict[str, str | int | float | None]  # a row with each CI split into _ci_low/_ci_high
+
+
+def headline_rows(metrics: Metrics) -> list[HeadlineRow]:
     """One row of raw headline values per benchmark (n = the most repeats any prompt has), keyed like
     the columns; environment metrics by their key."""
     run = as_run_metrics(metrics)
@@ -100,7 +106,7 @@ def headline_rows(metrics: Metrics) -> list[dict[str, Any]]:
     rows = []
     for name, bm in run.benchmarks.items():
         n = bm.repeats["max"]
-        values: dict[str, Any] = {
+        values: HeadlineRow = {
             "benchmark": name,
             "prompts": bm.n_prompts,
             "rollouts": bm.n_rollouts,
@@ -128,11 +134,11 @@ def headline_table(metrics: Metrics) -> Table:
     return Table([label for _, label, _ in columns], [[f(r[k]) for k, _, f in columns] for r in headline_rows(run)])
 
 
-def headline_records(metrics: Metrics) -> list[dict[str, Any]]:
+def headline_records(metrics: Metrics) -> list[HeadlineRecord]:
     """Headline rows as flat JSON-able records (CIs split into low/high), for the table artifact."""
     out = []
     for row in headline_rows(metrics):
-        record: dict[str, Any] = {}
+        record: HeadlineRecord = {}
         for key, value in row.items():
             if key.endswith("_ci"):
                 base = key[: -len("_ci")]

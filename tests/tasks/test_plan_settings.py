@@ -112,3 +112,16 @@ def test_the_data_and_prompts_table_shows_each_benchmarks_token_limit(tmp_path: 
     (section,) = [s for s in provenance_sections(provenance(*records)) if s.title == "Data and prompts"]
     column = section.table.header.index("max tokens")
     assert [(row[0], row[column]) for row in section.table.rows] == [("short", "64"), ("math", "512")]
+
+
+def test_a_batch_record_round_trips_and_declares_the_results_fields() -> None:
+    """The persisted cache record (BatchRecord) and BatchResult declare the same fields; a record with
+    another key set (an older format) is no result, so its batch is collected again."""
+    from dataclasses import fields
+
+    from tasks.collection.plan import BatchRecord, BatchResult
+
+    assert set(BatchRecord.__annotations__) == {f.name for f in fields(BatchResult)}
+    result = BatchResult("s3://b/run/batch.parquet", 8, 1, 900, 2.5)
+    assert BatchResult.from_record(dict(result.as_record())) == result
+    assert BatchResult.from_record({**result.as_record(), "extra": 1}) is None
