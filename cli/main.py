@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import local, reports
+from cli import envs, local, reports
 from cli.common import EvalflowGroup
 from cli.prepare import prepare
 from cli.run import run
@@ -24,6 +24,7 @@ app.command()(run)
 app.command()(sweep)
 app.command()(prepare)
 app.add_typer(reports.app, name="reports")
+app.add_typer(envs.app, name="envs")
 app.command()(runtime)
 app.command()(local.demo)
 app.add_typer(local.app, name="local")

@@ -6,14 +6,16 @@ repeat count or a malformed store URL fails here, with the field named in the me
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from core.benchmark_config import BenchmarkConfig, benchmark_setting
+from core.config_base import URL_RE, absolute_path
+from core.config_base import Strict as _Strict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -25,20 +27,6 @@ def chat_template_path(value: str) -> Path:
     return path if path.is_absolute() else REPO_ROOT / path
 
 
-URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
-def absolute_path(value: str) -> str:
-    """A local path made absolute against this process's working directory (where a path typed by the
-    user enters: the command line, a config file, the UI form of a run's worker), so every later step and
-    every subprocess reads the same file whatever its own working directory; URLs (s3://, hf-dataset:)
-    pass unchanged, `file://` is dropped."""
-    value = value.removeprefix("file://")
-    if URL_RE.match(value) or value.startswith("hf-dataset:"):
-        return value
-    return os.path.abspath(os.path.expanduser(value))
-
-
 def model_source(value: str) -> str:
     """`model.source` made absolute when it names a local file or folder here; hub ids, the default, URLs
     and paths that do not exist pass unchanged (preparation then says what is missing, relative to where)."""
@@ -46,28 +34,6 @@ def model_source(value: str) -> str:
         return value
     local = os.path.expanduser(value)
     return os.path.abspath(local) if os.path.exists(local) else value
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_unknown_keys(cls, data: Any) -> Any:
-        """An unknown key fails naming the field it was probably meant to be (`benchmark` -> `benchmarks`)."""
-        if not isinstance(data, dict):
-            return data
-        known = set(cls.model_fields)
-        unknown = [key for key in data if isinstance(key, str) and key not in known]
-        if not unknown:
-            return data
-        parts, guessed = [], True
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-            parts.append(f"unknown field {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            guessed = guessed and bool(close)
-        fields = "" if guessed else f"; the fields here: {', '.join(sorted(known))}"
-        raise ValueError("; ".join(parts) + fields)
 
 
 class ModelConfig(_Strict):
@@ -229,77 +195,6 @@ class SamplingRequest(TypedDict):
     max_tokens: int
 
 
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-class BenchmarkConfig(_Strict):
-    name: str = Field(description="environment name, e.g. gsm8k")
-    label: str | None = Field(
-        None,
-        description="the benchmark's name in records and reports (default: the environment name); set it to run "
-        "one environment in several settings in one run, e.g. gsm8k_8shot",
-    )
-    dataset: str | None = Field(
-        None,
-        description="JSONL/parquet path or URL, or hf-dataset:<path>?config=..&split=..; default: the shipped set",
-    )
-    limit: int | None = Field(None, ge=1, description="use the first N prompts")
-    repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
-    options: dict[str, Any] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
-    max_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="tokens per completion here (default: sampling.max_tokens); lm-eval's max_gen_toks",
-    )
-    on_long_prompt: Literal["fail", "skip"] = Field(
-        "fail",
-        description="a prompt (template and few-shot included) longer than server.max_model_len minus max_tokens: "
-        "fail the run before anything is sent (naming file:line and its tokens), or skip it (counted in the report)",
-    )
-
-    @property
-    def key(self) -> str:
-        """The benchmark's name in records, batch paths, metrics and reports."""
-        return self.label or self.name
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset_path(cls, value: str | None) -> str | None:
-        return absolute_path(value) if value else value
-
-    @field_validator("label")
-    @classmethod
-    def _label_format(cls, value: str | None) -> str | None:
-        if value is not None and not LABEL_RE.match(value):
-            raise ValueError(f"label {value!r}: use letters, digits, '_', '.' or '-' (up to 64), e.g. gsm8k_8shot")
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _known_env(cls, value: str) -> str:
-        from envs.registry import ENVS
-
-        if value not in ENVS:
-            raise ValueError(f"unknown benchmark {value!r}; known: {', '.join(sorted(ENVS))}")
-        return value
-
-    @field_validator("options")
-    @classmethod
-    def _known_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Options the environment does not take, or values it rejects, fail here (naming
-        benchmarks.N.options), not at planning time."""
-        from envs.registry import get_env
-
-        name = info.data.get("name")
-        if name is None:  # the name itself was invalid: that error is reported
-            return value
-        try:
-            get_env(name, **value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(" ".join(str(exc).split())) from None
-        return value
-
-
 class CollectionConfig(_Strict):
     batch_size: int = Field(64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
     concurrency: int | None = Field(
@@ -380,11 +275,6 @@ class StoreConfig(_Strict):
         return absolute_path(value)
 
 
-def _setting(b: BenchmarkConfig) -> tuple[str, ...]:
-    """What makes a benchmark's rollouts: two entries alike in this would collect the same batches."""
-    return (b.name, str(b.dataset), str(b.limit), str(b.max_tokens), json.dumps(b.options, sort_keys=True, default=str))
-
-
 class EvalConfig(_Strict):
     """One evaluation: a model, a server, benchmarks and how to sample them, and where to write."""
 
@@ -408,11 +298,11 @@ class EvalConfig(_Strict):
             if keys.index(b.key) != i:
                 raise ValueError(
                     f"benchmarks.{i}: {b.key!r} is already benchmarks.{keys.index(b.key)}; give each setting of "
-                    f"an environment its own label (e.g. label: {b.name}_2)"
+                    f"an environment its own label (e.g. label: {b.key}_2)"
                 )
-            if b.key != b.name and b.key in ENVS:
+            if b.label is not None and b.label != b._env_name and b.label in ENVS:
                 raise ValueError(f"benchmarks.{i}.label: {b.key!r} names another environment; choose another label")
-            same = [j for j, o in enumerate(self.benchmarks[:i]) if _setting(o) == _setting(b)]
+            same = [j for j, o in enumerate(self.benchmarks[:i]) if benchmark_setting(o) == benchmark_setting(b)]
             if same:  # identical batches: they would share cache entries and count the same rollouts twice
                 raise ValueError(f"benchmarks.{i} ({b.key}) is the same setting as benchmarks.{same[0]}: remove one")
         return self

@@ -95,6 +95,12 @@ class BenchmarkProvenance(_Record):
     benchmark: str
     env: str
     env_version: str
+    # where the environment came from: a registered name, `module:Class`, a file's `path:Class`, a task file, or
+    # "inline task"; its fingerprint (what cached batches are keyed on) and, for one from outside evalflow, the
+    # sha256 of its code (envs.base.Env.source_digest)
+    env_ref: str | None = None
+    env_fingerprint: str | None = None
+    env_source_sha256: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # the environment's own options, as configured
     max_tokens: int | None = None
     dataset: str | None = None

@@ -88,10 +88,6 @@ class Store:
         return {"url": self.url, "options": self.options, "_credentials": {}}
 
     @property
-    def has_credentials(self) -> bool:
-        return bool(self._credentials)
-
-    @property
     def is_local(self) -> bool:
         return is_local(self.url)
 

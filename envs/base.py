@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from errors import EvalflowError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The version of this module's interface (Env, SingleTurnEnv, MultiTurnEnv, Episode, Turn, Score, MetricSpec) for
+# environments outside evalflow: a change that breaks one of them bumps it (README, "Your own benchmark").
+ENV_API_VERSION = "1"
+# evalflow's own environments live in these packages; their `version` says when their code changes.
+_OWN_PACKAGES = ("envs",)
 
 
 class DatasetError(EvalflowError, ValueError):
@@ -107,6 +114,18 @@ class Env(ABC):
         """Absolute path of the shipped dataset, independent of the working directory."""
         return REPO_ROOT / cls.default_dataset
 
+    @classmethod
+    def default_source(cls) -> str:
+        """The dataset a benchmark reads when its config names none (a path, or any spec envs.datasets reads)."""
+        return str(cls.default_dataset_path())
+
+    @classmethod
+    def source_digest(cls) -> str | None:
+        """sha256 of the code that defines an environment from outside evalflow (its file, or every .py file of
+        its top-level package), so an edit without a version bump never reuses cached results; None for
+        evalflow's own, whose `version` is bumped on any change that matters."""
+        return _source_digest(cls)
+
     @abstractmethod
     def validate_row(self, row: dict[str, Any], where: str) -> None:
         """Raise DatasetError(f"{where}: ...") for a malformed row, so bad data fails before any GPU time."""
@@ -127,16 +146,38 @@ class Env(ABC):
         """
 
     def _fingerprint_payload(self) -> dict[str, Any]:
+        source = self.source_digest()
         return {
             "name": self.name,
             "version": self.version,
             "options": self.options,
             "templates": self.prompt_templates(),
+            **({"source": source} if source else {}),  # built-ins: absent, so their cache keys stay as they were
         }
 
     def fingerprint(self) -> str:
         """sha256 hex of (name, version, options, prompt templates); enters rollout cache keys."""
         return hashlib.sha256(canonical_json(self._fingerprint_payload()).encode()).hexdigest()
+
+
+@cache
+def _source_digest(cls: type) -> str | None:
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if module is None or file is None or cls.__module__.split(".")[0] in _OWN_PACKAGES:
+        return None
+    top = sys.modules.get(cls.__module__.split(".")[0])
+    top_file = getattr(top, "__file__", None)
+    if module.__package__ and top_file and Path(top_file).name == "__init__.py":
+        root = Path(top_file).parent
+        files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    else:
+        root, files = Path(file).parent, [Path(file)]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.relative_to(root)}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 class SingleTurnEnv(Env):

@@ -91,7 +91,7 @@ def expand_grid(config: EvalConfig, grid: dict[str, list[Any]]) -> list[tuple[di
             set_path(data, key, value)
         try:
             for bench in EvalConfig.model_validate(data).benchmarks:
-                get_env(bench.name, **bench.options)  # option names and values, checked by the environment
+                get_env(bench.env_ref, **bench.options)  # option names and values, checked by the environment
         except (ValidationError, ValueError, TypeError) as exc:
             raise SweepError(f"sweep point {values}: invalid config:\n{exc}") from exc
         points.append((values, data))

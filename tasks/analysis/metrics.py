@@ -86,7 +86,7 @@ from core.schema import (
 )
 from core.store import Store
 from envs.base import MetricSpec
-from envs.registry import ENVS
+from envs.registry import find_env
 from tasks.analysis import queries
 from tasks.analysis.env_metrics import env_keys, env_metrics
 from tasks.analysis.load import connect, load
@@ -269,7 +269,7 @@ def _benchmark_metrics(ov: Overview, per_prompt: list[PromptStats], found: Found
 def majority_votes(names: Iterable[str]) -> dict[str, bool]:
     """Whether each named benchmark's environment declares maj@k meaningful (envs.base.Env.majority_vote);
     a name with no environment here (a benchmark of an older run, say) votes, as before the declaration."""
-    return {name: ENVS[name].majority_vote if name in ENVS else True for name in names}
+    return {name: cls.majority_vote if (cls := find_env(name)) else True for name in names}
 
 
 def compute_metrics(

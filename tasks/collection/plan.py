@@ -31,22 +31,26 @@ class Benchmark:
     places: dict[str, str] = field(default_factory=dict)  # prompt id -> `file:line` (messages name it)
     on_long_prompt: str = "fail"
     long_prompts: LongPrompts | None = None  # set by the prompt-length check: limit, longest, skipped
+    env_ref: str | None = None  # how the config named the environment (provenance; reports load it by this)
 
 
 def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:
     """Build every environment and load and validate every dataset row up front."""
     benchmarks = []
     for i, bench in enumerate(config.benchmarks):
-        env = get_env(bench.name, **bench.options)
+        env = get_env(bench.env_ref, **bench.options)
         _check_tool_choice(config, i, env)
-        source = bench.dataset or str(env.default_dataset_path())
+        source = bench.dataset or env.default_source()
         places: dict[str, str] = {}
         rows = load_rows(source, env, opener=lambda url: store.open(url, "rb"), limit=bench.limit, places=places)
         get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.key, len(rows), bench.repeats, source)
         sampling = config.sampling
         if bench.max_tokens is not None:
             sampling = sampling.model_copy(update={"max_tokens": bench.max_tokens})
-        benchmarks.append(Benchmark(bench.key, env, rows, bench.repeats, sampling, places, bench.on_long_prompt))
+        ref = bench.env_ref if isinstance(bench.env_ref, str) else "inline task"
+        benchmarks.append(
+            Benchmark(bench.key, env, rows, bench.repeats, sampling, places, bench.on_long_prompt, env_ref=ref)
+        )
     return benchmarks
 
 

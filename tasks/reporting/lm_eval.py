@@ -16,7 +16,7 @@ from typing import Any
 from core import schema
 from core.record import BenchmarkProvenance, RunInfo
 from core.schema import RunMetrics
-from envs.registry import ENVS
+from envs.registry import find_env
 from tasks.reporting.parts import Table
 
 NA = "N/A"
@@ -79,7 +79,7 @@ def lm_eval_table(metrics: RunMetrics, run_info: RunInfo) -> Table | None:
     rows = []
     for key, bm in metrics.benchmarks.items():
         record = records.get(key)
-        env = ENVS.get(record.env if record else key)
+        env = find_env((record.env_ref or record.env) if record else key)
         for name, source in env.lm_eval_metrics if env else ():
             value, stderr, n = _score(bm, source)
             rows.append([key, _setting(record, env), name, _fmt(value), _fmt(stderr), f"{n:,}"])

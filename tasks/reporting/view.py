@@ -14,7 +14,7 @@ import polars as pl
 from core import secrets
 from core.record import Comparison, RunInfo
 from core.schema import RunMetrics
-from envs.registry import ENVS
+from envs.registry import find_env
 from tasks.reporting.browser import BrowserView, browser_view
 from tasks.reporting.charts import benchmark_charts, headline_charts
 from tasks.reporting.comparison import ComparisonView, comparison_view
@@ -104,10 +104,10 @@ def report_view(
 ) -> ReportView:
     """The report of one run; `rollouts` (browser rows, see browser.load_rollouts) fills the browsers."""
     benchmarks = []
-    envs = {key: record.env for key, record in benchmark_envs(run_info).items()}
+    envs = {key: record.env_ref or record.env for key, record in benchmark_envs(run_info).items()}
     for name, bm in metrics.benchmarks.items():
         sections = benchmark_sections(bm)
-        env = ENVS.get(envs.get(name) or name)
+        env = find_env(envs.get(name) or name)
         if env is not None and env.reference_profile is not None:  # the published run, after the summary
             sections.insert(1, reference_section(bm, env.reference_profile))
         benchmarks.append(

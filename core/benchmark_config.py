@@ -1,0 +1,144 @@
+"""One benchmark of a run (`benchmarks.N`): which environment (a registered name, a reference to a class or a
+task file, or an inline task), its data, options, repeats and token limit; the environment is loaded when the
+config is validated, so a wrong one fails before anything runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from core.config_base import Strict as _Strict
+from core.config_base import absolute_path
+
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class BenchmarkConfig(_Strict):
+    name: str | None = Field(
+        None,
+        description="the environment: a registered name (gsm8k, math, mbpp, humaneval, ifeval, tetris, or an installed "
+        "plugin's; `evalflow envs list`), `package.module:Class`, `path/to/file.py:Class` or a task file "
+        "`path/to/task.yaml` (paths relative to the working directory)",
+    )
+    task: str | dict[str, Any] | None = Field(
+        None,
+        description="a declarative single-turn task instead of `name`: a YAML file (relative to the working "
+        "directory) or the task's fields inline",
+    )
+    label: str | None = Field(
+        None,
+        description="the benchmark's name in records and reports (default: the environment name); set it to run "
+        "one environment in several settings in one run, e.g. gsm8k_8shot",
+    )
+    dataset: str | None = Field(
+        None,
+        description="JSONL/parquet path or URL, or hf-dataset:<path>?config=..&split=..; default: the shipped set",
+    )
+    limit: int | None = Field(None, ge=1, description="use the first N prompts")
+    repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
+    options: dict[str, Any] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="tokens per completion here (default: sampling.max_tokens); lm-eval's max_gen_toks",
+    )
+    on_long_prompt: Literal["fail", "skip"] = Field(
+        "fail",
+        description="a prompt (template and few-shot included) longer than server.max_model_len minus max_tokens: "
+        "fail the run before anything is sent (naming file:line and its tokens), or skip it (counted in the report)",
+    )
+
+    _env_name: str = PrivateAttr("")
+
+    @property
+    def env_ref(self) -> str | dict[str, Any]:
+        """What envs.registry loads: the task (a file or inline) or the environment's name or reference."""
+        return self.task if self.task is not None else (self.name or "")
+
+    @property
+    def key(self) -> str:
+        """The benchmark's name in records, batch paths, metrics and reports: its label, else the environment's
+        own name (`gsm8k`; a class's or task's `name` when the config gives a reference)."""
+        return self.label or self._env_name or self.name or ""
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_path(cls, value: str | None) -> str | None:
+        return absolute_path(value) if value else value
+
+    @field_validator("label")
+    @classmethod
+    def _label_format(cls, value: str | None) -> str | None:
+        if value is not None and not LABEL_RE.match(value):
+            raise ValueError(f"label {value!r}: use letters, digits, '_', '.' or '-' (up to 64), e.g. gsm8k_8shot")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _known_env(cls, value: str | None) -> str | None:
+        """A file reference's path is made absolute here, where it enters (see absolute_path), and the environment
+        is loaded: an unknown name, a module this host lacks or a broken file fails with the config."""
+        from envs.registry import env_class, is_file_reference
+
+        if value is None:
+            return value
+        if is_file_reference(value):
+            if value.endswith((".yaml", ".yml")):
+                value = absolute_path(value)
+            else:
+                file, _, cls_name = value.rpartition(":")
+                value = f"{absolute_path(file)}:{cls_name}"
+        env_class(value)
+        return value
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        from envs.registry import env_class
+
+        if value is None:
+            return value
+        value = absolute_path(value) if isinstance(value, str) else value
+        env_class(value, where="task")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Options the environment does not take, or values it rejects, fail here (naming
+        benchmarks.N.options), not at planning time."""
+        from envs.registry import get_env
+
+        ref = info.data.get("task") or info.data.get("name")
+        if ref is None:  # the environment itself was invalid (that error is reported) or not given
+            return value
+        try:
+            get_env(ref, **value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(" ".join(str(exc).split())) from None
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_env(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (data.get("name") is None) == (data.get("task") is None):
+            raise ValueError("set one of `name` (a registered name or a reference to a class or task file) and `task`")
+        return data
+
+    @model_validator(mode="after")
+    def _env_name_of(self) -> BenchmarkConfig:
+        from envs.registry import env_class
+
+        self._env_name = env_class(self.env_ref, where="task").name
+        return self
+
+
+def benchmark_setting(b: BenchmarkConfig) -> tuple[str, ...]:
+    """What makes a benchmark's rollouts: two entries alike in this would collect the same batches."""
+    return (
+        json.dumps(b.env_ref, sort_keys=True, default=str),
+        str(b.dataset), str(b.limit), str(b.max_tokens), json.dumps(b.options, sort_keys=True, default=str),
+    )  # fmt: skip
