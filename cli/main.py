@@ -7,6 +7,7 @@ import typer
 from cli import envs, local, reports
 from cli.common import EvalflowGroup
 from cli.prepare import prepare
+from cli.rescore import rescore
 from cli.run import run
 from cli.runtime import runtime
 from cli.sweep import sweep
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.command()(run)
 app.command()(sweep)
 app.command()(prepare)
+app.command()(rescore)
 app.add_typer(reports.app, name="reports")
 app.add_typer(envs.app, name="envs")
 app.command()(runtime)

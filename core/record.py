@@ -143,6 +143,7 @@ class RunInfo(_Record):
     # a training run's checkpoint: the run it belongs to and its step (None for a single checkpoint)
     training_run: str | None = None
     step: int | None = None
+    rescored_from: str | None = None  # `evalflow rescore`: the run whose completions this run scored anew
 
 
 class RunSummary(_Record):
@@ -236,12 +237,14 @@ class BenchmarkPlan(_Record):
 class BatchCount(_Record):
     total: int | None = None  # None: the model's fingerprint is not known before it is prepared
     cached: int = 0
+    rescored: int = 0  # scored anew from cached completions (their scoring changed, their requests did not)
 
 
 class RolloutCount(_Record):
     total: int
     cached: int
     to_generate: int
+    rescored: int = 0
 
 
 class RunPlan(_Record):

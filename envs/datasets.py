@@ -5,8 +5,8 @@ not the hours of rollouts before it. Files are opened by an `opener` the caller 
 opens through the run store, so its options and credentials apply); the default is plain `fsspec.open`.
 
 Dataset specs:
-- a path or fsspec URL of a JSONL (optionally compressed) or parquet file: `data/gsm8k/test.jsonl`,
-  `s3://bucket/gsm8k.parquet`, also `hf://datasets/openai/gsm8k/main/test-00000-of-00001.parquet`
+- a path or fsspec URL of a JSONL or CSV (with a header line; optionally compressed) or parquet file:
+  `data/gsm8k/test.jsonl`, `s3://bucket/gsm8k.parquet`, also `hf://datasets/openai/gsm8k/main/test-00000-of-00001.parquet`
   (fsspec's own `hf://` protocol reads one file of a hub repository);
 - `hf-dataset:<path>[?config=<name>&split=<split>&revision=<rev>&data_files=<file>]`: a split loaded
   with `datasets.load_dataset` (hub id such as `openai/gsm8k`, a local data folder, or a packaged
@@ -18,8 +18,10 @@ Dataset specs:
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import hashlib
+import io
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -37,6 +39,8 @@ import pyarrow.parquet as pq
 from envs.base import DatasetError, Env
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+CSV_SUFFIX = ".csv"
+COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst")
 HF_DATASET_SCHEME = "hf-dataset:"
 HF_DATASET_PARAMS = ("config", "split", "revision", "data_files")
 HF_DEFAULT_SPLIT = "test"
@@ -52,6 +56,25 @@ def fsspec_opener(url: str) -> AbstractContextManager[BinaryIO]:
 
 def _is_parquet(url: str) -> bool:
     return url.split("?", 1)[0].lower().endswith(PARQUET_SUFFIXES)
+
+
+def _is_csv(url: str) -> bool:
+    name = url.split("?", 1)[0].lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name.endswith(CSV_SUFFIX)
+
+
+def _csv_rows(url: str, f: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line, row) of a CSV file with a header line; every value a string."""
+    reader = csv.DictReader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
+    try:
+        for row in reader:
+            if None in row or None in row.values():
+                raise DatasetError(f"{url}:{reader.line_num}: not as many values as the header has columns")
+            yield reader.line_num, row
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise DatasetError(f"{url}:{reader.line_num}: not valid CSV ({e})") from e
 
 
 def _jsonl_rows(url: str, f: Any) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -144,11 +167,17 @@ def _validated(
 def _file_rows(url: str, env: Env, opener: Opener, places: dict[str, str] | None) -> list[dict[str, Any]]:
     try:
         with opener(url) as f:
-            numbered = _parquet_rows(url, f) if _is_parquet(url) else _jsonl_rows(url, f)
+            numbered = (
+                _parquet_rows(url, f)
+                if _is_parquet(url)
+                else _csv_rows(url, f)
+                if _is_csv(url)
+                else _jsonl_rows(url, f)
+            )
             return _validated(numbered, env, lambda n: f"{url}:{n}", "line", places)
     except FileNotFoundError as e:
         raise DatasetError(
-            f"{url}: dataset file not found; provide a JSONL or parquet file of {env.name!r} rows "
+            f"{url}: dataset file not found; provide a JSONL, parquet or CSV file of {env.name!r} rows "
             f"at this path (or point the config at another one)"
         ) from e
 

@@ -10,6 +10,7 @@ its signature, and postponed (string) annotations leave `EvalConfig` unresolved 
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import tempfile
 import uuid
@@ -30,6 +31,7 @@ from core.record import Collection, Provenance, Replica, RunInfo, RunRecord, Run
 from core.secrets import redact
 from core.store import Store
 from flows.plan import check_endpoints, external_endpoint, plan_run, preflight
+from flows.rescore import RescoreError
 from flows.shards import (
     Shard,
     cancel_shards,
@@ -107,14 +109,17 @@ class Prepared:
     work: list[Planned]
     shards: int
     deployment: str | None
+    rescore_of: str | None = None
 
     @property
     def missing(self) -> list[Planned]:
-        return [p for p in self.work if p.cached is None]
+        return [p for p in self.work if p.needs_server]
 
 
 @flow(name="eval", on_crashed=[_stop_servers], on_cancellation=[_stop_servers, _cancel_shards], log_prints=True)
-async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | None = None) -> RunRecord:
+async def eval_flow(
+    config: EvalConfig, dry_run: bool = False, shard: Shard | None = None, rescore_of: str | None = None
+) -> RunRecord:
     """Evaluate one model on the configured benchmarks and write the report; returns the run's record.
 
     The run ends Failed (report written if any rollout finished, never a baseline) on a configuration
@@ -123,15 +128,29 @@ async def eval_flow(config: EvalConfig, dry_run: bool = False, shard: Shard | No
     With `dry_run`, report what would be converted, started and generated, and start nothing (a "planned"
     record). With `collection.shards`, the batches are collected by child flow runs of the deployment;
     `shard` is set in those children: they collect their batches into the parent's run and write no report
-    (a "collected" record).
+    (a "collected" record). With `rescore_of` (`evalflow rescore`), every batch must be cached or rescored
+    from cached completions: a run that would need a server fails before it starts one.
     """
     if dry_run:
         return planned_run(config)
     stages = Stages()
     prepared = await prepare_run(config, shard, stages)
+    if rescore_of is not None:
+        prepared = _rescoring(prepared, rescore_of)
     if shard is not None:
         return await collect_shard(prepared, shard, stages)
     return await evaluate(prepared, stages)
+
+
+def _rescoring(prepared: Prepared, source: str) -> Prepared:
+    if prepared.missing:
+        first = prepared.missing[0].batch
+        raise RescoreError(
+            f"rescore of {source}: {len(prepared.missing)} of {len(prepared.work)} batches have no cached completions "
+            f"(first: {first.benchmark} batch {first.index}); their prompts, sampling, model or server settings differ "
+            "from the run's: evaluate them with `evalflow run`"
+        )
+    return dataclasses.replace(prepared, rescore_of=source)
 
 
 def planned_run(config: EvalConfig) -> RunRecord:
@@ -188,10 +207,11 @@ async def prepare_run(config: EvalConfig, shard: Shard | None, stages: Stages) -
         work = plan(benchmarks, config, fingerprint, storage, store)
         if shard is not None:
             work = shard_work(shard, work, fingerprint)
-        missing = [p for p in work if p.cached is None]
+        missing = [p for p in work if p.needs_server]
+        rescored = sum(p.rescore_from is not None for p in work)
         logger.info(
-            "%d batches (%d rollouts): %d cached, %d to collect (%d rollouts)",
-            len(work), sum(p.batch.size for p in work), len(work) - len(missing), len(missing),
+            "%d batches (%d rollouts): %d cached, %d rescored from cached completions, %d to collect (%d rollouts)",
+            len(work), sum(p.batch.size for p in work), len(work) - len(missing) - rescored, rescored, len(missing),
             sum(p.batch.size for p in missing),
         )  # fmt: skip
     return Prepared(
@@ -273,6 +293,7 @@ def _run_info(
         provenance=_provenance(config, prepared.benchmarks, server),
         shards=shards or [],
         long_prompts=long_prompts,
+        rescored_from=prepared.rescore_of,
     )
 
 
@@ -375,12 +396,12 @@ async def _collect_sharded(prepared: Prepared) -> tuple[Collected, list[ShardRun
     replanned = plan(prepared.benchmarks, config, prepared.fingerprint, storage, store)
     ctx = _context(prepared, None)  # every batch read here is cached: no request is made
     try:
-        done = await collect_all(ctx, [p for p in replanned if p.cached is not None], prepared.batch_task)
+        done = await collect_all(ctx, [p for p in replanned if not p.needs_server], prepared.batch_task)
     finally:
         await ctx.aclose()
     why = {key: f"{run.shard.label} ended {run.state}: {run.message}" for run in runs for key in run.shard.batches}
     lost = [lost_batch(store, p.batch, why.get(p.batch.cache_key, "not collected")) for p in replanned
-            if p.cached is None]  # fmt: skip
+            if p.needs_server]  # fmt: skip
     collected = Collected(done.results, lost, planned_rollouts=sum(p.batch.size for p in replanned))
     return collected, [run.as_record() for run in runs]
 

@@ -107,8 +107,9 @@ def plan_run(config: EvalConfig, probe: bool = False) -> RunPlan:
     storage = result_storage(store, save=False)
     work = plan(benchmarks, config, fingerprint, storage, store) if fingerprint else []
     cached = [p for p in work if p.cached is not None]
+    rescored = [p for p in work if p.rescore_from is not None]
     total = sum(b.repeats * len(b.rows) for b in benchmarks)
-    to_generate = total - sum(p.batch.size for p in cached)
+    to_generate = total - sum(p.batch.size for p in cached) - sum(p.batch.size for p in rescored)
     if to_generate and config.server.mode == "external":
         check_endpoints(external_endpoint(config), config, benchmarks)
     return RunPlan(
@@ -118,11 +119,16 @@ def plan_run(config: EvalConfig, probe: bool = False) -> RunPlan:
             b.name: BenchmarkPlan(prompts=len(b.rows), repeats=b.repeats, long_prompts=b.long_prompts)
             for b in benchmarks
         },
-        batches=BatchCount(total=len(work) or None, cached=len(cached)),
-        rollouts=RolloutCount(total=total, cached=total - to_generate, to_generate=to_generate),
+        batches=BatchCount(total=len(work) or None, cached=len(cached), rescored=len(rescored)),
+        rollouts=RolloutCount(
+            total=total,
+            cached=sum(p.batch.size for p in cached),
+            to_generate=to_generate,
+            rescored=sum(p.batch.size for p in rescored),
+        ),
         shards=shards,
         would_start=(
-            "nothing: every batch is cached"
+            "nothing: every batch is cached (or rescored from cached completions)"
             if not to_generate
             else f"vLLM ({config.server.runtime}) for {model_plan.served_name}"
             if config.server.mode == "managed"

@@ -26,7 +26,9 @@ from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
 from tasks.collection.failures import BatchFailed, FailureSummary, RolloutFailed
+from tasks.collection.generations import record_generation
 from tasks.collection.plan import Batch, BatchRecord, BatchResult, batch_url
+from tasks.collection.rescore import rescore_batch_impl
 from tasks.collection.rollout import CollectContext, rollout
 
 
@@ -122,13 +124,15 @@ async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> Bat
     write_batch(ctx.store, url, records)
     if written[0]:
         ctx.store.remove(partial)
-    return BatchResult(
+    result = BatchResult(
         url=url,
         rollouts=len(records),
         errors=sum(rec.get("error") is not None for rec in records),
         completion_tokens=sum(rec.get("completion_tokens") or 0 for rec in records),
         seconds=time.perf_counter() - started,
     )
+    record_generation(ctx.store, batch.generation or batch.key, result.as_record())
+    return result
 
 
 def _as_failure(exc: BaseException) -> RolloutFailed:
@@ -170,7 +174,14 @@ def _retryable(_task: Any, _task_run: Any, state: Any) -> bool:
     result_serializer=JSONSerializer(object_encoder="tasks.collection.failures.persisted_form"),
     cache_policy=BatchKeyPolicy(),
 )
-async def collect_batch(ctx: CollectContext, env: Env, batch: Batch) -> BatchRecord:
+async def collect_batch(
+    ctx: CollectContext, env: Env, batch: Batch, rescore_from: BatchRecord | None = None
+) -> BatchRecord:
     """Prefect task: one batch of rollouts, written as one parquet file. Retried as a whole; its
-    result (where the file is) is persisted, so a finished batch is never collected again."""
+    result (where the file is) is persisted, so a finished batch is never collected again. With
+    `rescore_from` (a finished batch with the same completions, tasks.collection.rescore) it is scored
+    from that batch's file instead, with no request."""
+    source = BatchResult.from_record(rescore_from) if rescore_from is not None else None
+    if source is not None:
+        return (await rescore_batch_impl(ctx, env, batch, source)).as_record()
     return (await collect_batch_impl(ctx, env, batch)).as_record()

@@ -14,11 +14,12 @@ from core.config import EvalConfig, SamplingConfig
 from core.logs import get_logger
 from core.record import LongPrompts
 from core.store import Store
-from envs.base import Env, MultiTurnEnv, canonical_json
+from envs.base import Env, MultiTurnEnv, SingleTurnEnv, canonical_json
 from envs.datasets import load_rows, rows_hash
 from envs.registry import get_env
 from tasks.collection.cache import STALE, lookup
 from tasks.collection.failures import is_outcome_error
+from tasks.collection.generations import find_generation
 
 
 @dataclass
@@ -83,6 +84,9 @@ class Batch:
     repeats: tuple[int, ...]
     # the sampling its requests use (part of `key`); None: the run's
     sampling: SamplingConfig | None = field(default=None, repr=False, compare=False)
+    # what determines its completions (generation_key): a batch whose `key` changed but not this one (a
+    # single-turn environment's scoring changed) is rescored from the completions of the earlier one
+    generation: str = ""
 
     @property
     def size(self) -> int:
@@ -147,6 +151,31 @@ def batch_key(
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
+def generation_key(
+    env: Env,
+    rows: list[dict[str, Any]],
+    repeats: list[int],
+    model_fingerprint: str,
+    sampling: SamplingConfig,
+) -> str:
+    """What determines a batch's completions: for a single-turn environment the requests themselves (each row's
+    prompt id, which seeds it, its messages or plain prompt, the stop sequences), the repeats, the model and its
+    server settings (samples fingerprint) and the sampling; not the environment's version, options or code, so
+    a change of scoring alone keeps this key. A multi-turn environment answers the model during the rollout: its
+    whole fingerprint is part of the generation, which is then the batch key itself."""
+    if not isinstance(env, SingleTurnEnv):
+        return batch_key(env, rows, repeats, model_fingerprint, sampling)
+    requests = [[env.prompt_id(row), env.prompt(row) or env.messages(row)] for row in rows]
+    payload = {
+        "requests": requests,
+        "stop": env.stop(),
+        "repeats": repeats,
+        "model": model_fingerprint,
+        "sampling": sampling.model_dump(mode="json"),
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
 def plan_batches(
     benchmark: str,
     env: Env,
@@ -162,7 +191,8 @@ def plan_batches(
     for index, start in enumerate(range(0, len(rows), per_batch)):
         chunk = rows[start : start + per_batch]
         key = batch_key(env, chunk, reps, model_fingerprint, sampling)
-        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps), sampling))
+        generation = generation_key(env, chunk, reps, model_fingerprint, sampling)
+        batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps), sampling, generation))
     return batches
 
 
@@ -176,6 +206,13 @@ class Planned:
     batch: Batch
     cached: BatchResult | None = None  # a finished batch of an earlier run (or attempt)
     stale: bool = False  # a cache record exists but cannot be used (file gone, older format): collect again
+    # an earlier batch with the same completions but other scoring: rescored from them, with no request
+    rescore_from: BatchResult | None = None
+
+    @property
+    def needs_server(self) -> bool:
+        """Whether its rollouts must be generated: neither cached nor rescored from cached completions."""
+        return self.cached is None and self.rescore_from is None
 
 
 def plan(
@@ -190,11 +227,22 @@ def plan(
         ):  # fmt: skip
             record = lookup(storage, batch.cache_key)
             hit = None if record is None or record is STALE else BatchResult.from_record(record)
-            if hit is not None and store.exists(hit.url) and not (hit.errors and _holds_failures(store, hit.url)):
+            if _usable(store, hit):
                 planned.append(Planned(bench.env, batch, cached=hit))
+            elif batch.generation != batch.key and _usable(store, source := _generated(store, batch.generation)):
+                planned.append(Planned(bench.env, batch, stale=record is not None, rescore_from=source))
             else:
                 planned.append(Planned(bench.env, batch, stale=record is not None))
     return planned
+
+
+def _usable(store: Store, hit: BatchResult | None) -> bool:
+    return hit is not None and store.exists(hit.url) and not (hit.errors and _holds_failures(store, hit.url))
+
+
+def _generated(store: Store, generation: str) -> BatchResult | None:
+    record = find_generation(store, generation)
+    return None if record is None else BatchResult.from_record(record)
 
 
 def _holds_failures(store: Store, url: str) -> bool:

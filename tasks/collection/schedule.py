@@ -69,7 +69,7 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
     others: what finishes is kept, and failed batches are returned for the run to judge."""
     ctx.progress = progress = Progress(sum(p.batch.size for p in work), ctx.progress_interval_s)
     requests = ctx.requests()
-    requests.expect(sum(p.batch.size for p in work if p.cached is None))
+    requests.expect(sum(p.batch.size for p in work if p.needs_server))
 
     def open_batches(limit: int) -> int:
         return ctx.collection.batches_in_flight or math.ceil(limit / ctx.collection.batch_size) + 1
@@ -84,10 +84,13 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
                 ctx.store.copy(item.cached.url, target)
             progress.add_cached(item.cached.rollouts)
             return BatchResult(target, item.cached.rollouts, item.cached.errors, item.cached.completion_tokens, 0.0)
-        async with window.slot(position):
-            request_priority.set(position)  # this task's context: the batch's requests inherit it
-            run = batch_task.with_options(refresh_cache=True) if item.stale else batch_task
-            result = BatchResult.from_record(await run(ctx, item.env, item.batch))
+        run = batch_task.with_options(refresh_cache=True) if item.stale else batch_task
+        if item.rescore_from is not None:  # scored from earlier completions: no request, no window slot
+            result = BatchResult.from_record(await run(ctx, item.env, item.batch, item.rescore_from.as_record()))
+        else:
+            async with window.slot(position):
+                request_priority.set(position)  # this task's context: the batch's requests inherit it
+                result = BatchResult.from_record(await run(ctx, item.env, item.batch))
         if result is None:
             raise RuntimeError(f"batch {item.batch.benchmark}-{item.batch.index} returned no batch record")
         if result.url != target:  # a concurrent run collected it first (we waited on its lock)

@@ -22,7 +22,7 @@ def test_defaults_are_the_cpu_demo() -> None:
 @pytest.mark.parametrize(
     ("data", "field", "words"),
     [
-        ({"benchmarks": [{"name": "gsm9k"}]}, "benchmarks.0.name", "unknown benchmark 'gsm9k'"),
+        ({"benchmarks": [{"name": "gsm9k"}]}, "benchmarks.0.name", "unknown environment 'gsm9k'"),
         (
             {"benchmarks": [{"name": "gsm8k", "repeats": -1}]},
             "benchmarks.0.repeats",

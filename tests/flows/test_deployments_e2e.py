@@ -136,7 +136,7 @@ def test_bad_parameters_fail_before_any_server_naming_the_field(deployed: Deploy
     started = time.monotonic()
     out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(wrong)}")
     assert out.returncode == 1 and "state: Failed" in out.stdout, out.stdout[-2000:]
-    assert "config.benchmarks.0.name" in out.stdout and "unknown benchmark 'gsm9k'" in out.stdout
+    assert "config.benchmarks.0.name" in out.stdout and "unknown environment 'gsm9k'" in out.stdout
     assert "config.store.url" in out.stdout and "unknown protocol 's4'" in out.stdout
     assert time.monotonic() - started < 120
     assert deployed.task_runs([run_id_of(out.stdout)], "%") == []  # no conversion, no server, no batch

@@ -1,0 +1,58 @@
+"""Rescoring: a batch whose completions an earlier batch already holds (same generation key, other scoring:
+a single-turn environment's version, options or code changed, its prompts did not) is scored again from that
+batch's file, with no request to any server. The new file is the batch's own, keyed and cached like any."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from core.logs import get_logger
+from core.rollout_row import RolloutRow
+from core.schema import to_parquet_bytes
+from envs.base import Env, Score, SingleTurnEnv
+from tasks.collection.plan import Batch, BatchResult, batch_url
+from tasks.collection.rollout import CollectContext
+
+
+async def _score(env: SingleTurnEnv, row: dict[str, Any], completion: str) -> Score:
+    ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code, sympy off-loop)
+    return await ascore(row, completion) if ascore else env.score(row, completion)
+
+
+async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source: BatchResult) -> BatchResult:
+    """The batch's rollouts: `source`'s completions (every one of the batch's prompts and repeats, or this
+    raises), scored by `env` now, written to the run folder."""
+    assert isinstance(env, SingleTurnEnv), "only single-turn batches are rescored"
+    started = time.perf_counter()
+    with ctx.store.open(source.url, "rb") as f:
+        old = {(r["prompt_id"], r["repeat"]): r for r in pq.read_table(f).to_pylist()}
+    wanted = [(env.prompt_id(row), repeat, row) for row in batch.rows for repeat in batch.repeats]
+    missing = [f"{pid}#{repeat}" for pid, repeat, _ in wanted if (pid, repeat) not in old]
+    if missing:
+        raise RuntimeError(f"{source.url} lacks {len(missing)} rollouts of batch {batch.index} (e.g. {missing[0]})")
+    records: list[RolloutRow] = []
+    for pid, repeat, row in wanted:
+        record: RolloutRow = old[(pid, repeat)]  # type: ignore[assignment]
+        score = await _score(env, row, record.get("completion") or "")
+        record.update(
+            run_id=ctx.run_id, benchmark=batch.benchmark, env_version=env.version, batch_key=batch.key,
+            reference=env.reference(row), reward=score.reward, success=score.success,
+            parsed_answer=score.parsed_answer, info=score.info,
+        )  # fmt: skip
+        records.append(record)
+    url = batch_url(ctx.run_dir, batch)
+    ctx.store.write_bytes(url, to_parquet_bytes(records))  # atomic; created_at stays the completion's
+    get_logger().info(
+        "%s batch %d: %d rollouts rescored from %s (no requests)", batch.benchmark, batch.index, len(records),
+        source.url,
+    )  # fmt: skip
+    return BatchResult(
+        url=url,
+        rollouts=len(records),
+        errors=sum(r.get("error") is not None for r in records),
+        completion_tokens=sum(r.get("completion_tokens") or 0 for r in records),
+        seconds=time.perf_counter() - started,
+    )
