@@ -204,6 +204,12 @@ class CollectionConfig(_Strict):
         None, ge=1, description="batches collected at once; empty: enough to fill the concurrency limit, plus one"
     )
     request_timeout_s: float = Field(300.0, gt=0)
+    env_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="how long an environment from outside evalflow may take for one call (a score, an episode "
+        "step); one that takes longer, raises or returns a bad value is an environment error on that rollout",
+    )
     max_request_retries: int = Field(4, ge=0, description="retries of a transient request error, with backoff")
     batch_retries: int = Field(
         2, ge=0, description="retries of a batch whose rollouts failed transiently (each redoes only the failed ones)"

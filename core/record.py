@@ -34,6 +34,7 @@ class FailedBatch(_Record):
     failed: int
     kind: str
     reasons: list[tuple[str, int]] = Field(default_factory=list)
+    environment: int = 0  # of `failed`, the environment errors (the benchmark's own code failed)
 
 
 class RunStatus(_Record):
@@ -46,6 +47,8 @@ class RunStatus(_Record):
     failed_rollouts: int = 0
     planned_rollouts: int = 0
     failed_batches: list[FailedBatch] = Field(default_factory=list)
+    # of `failed_rollouts`, those whose benchmark code failed (score or step raised, hung, returned a bad value)
+    environment_errors: int = 0
 
 
 class ShardRun(_Record):

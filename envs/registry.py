@@ -70,7 +70,8 @@ def _registered(name: str) -> type[Env]:
     if not eps:
         known = ", ".join(registered_names())
         raise EnvLoadError(
-            f"unknown environment {name!r}; known: {known} (or name a class, `package.module:Class` or "
+            f"unknown environment {name!r} on host {socket.gethostname()}; known: {known} (or name a class, "
+            "`package.module:Class` or "
             "`path/to/file.py:Class`, or a task file `path/to/task.yaml`)"
         )
     if len(eps) > 1:

@@ -9,6 +9,9 @@ the run's set-up (configuration) or of the moment (transient) that must never be
   (a sampling or tool option the server rejects). Retrying cannot help; the run stops collecting.
 - transient: connection errors, timeouts, 408, 409, 429, 5xx. Retried with backoff; if they persist
   the batch fails and is collected again by the next run or the UI's Retry.
+- environment: the benchmark's own code failed on a rollout (its score or an episode step raised, hung or
+  returned a bad value; tasks.collection.env_calls). Not retried (it would fail again); the rollout counts
+  as failed, apart from model outcomes and request failures, and the batch is never cached.
 
 Only evalflow's own one-line descriptions leave this module: never an exception or request object
 (an openai exception holds the request, and its headers hold the API key).
@@ -25,7 +28,7 @@ import openai
 
 from errors import EvalflowError
 
-Kind = Literal["outcome", "configuration", "transient"]
+Kind = Literal["outcome", "configuration", "transient", "environment"]
 
 # vLLM's wording when prompt + max_tokens exceed the model's context (several versions' variants).
 _TOO_LONG = re.compile(
@@ -101,14 +104,17 @@ class FailureSummary:
     index: int
     size: int
     failed: int
-    kind: Kind  # "configuration" if any failure was one, else "transient"
+    kind: Kind  # "configuration" if any failure was one, else "environment" if any was, else "transient"
     reasons: tuple[tuple[str, int], ...]
+    environment: int = 0  # of `failed`, the environment errors
 
     @classmethod
     def of(cls, benchmark: str, index: int, size: int, failures: list[RolloutFailed]) -> FailureSummary:
-        kind: Kind = "configuration" if any(f.kind == "configuration" for f in failures) else "transient"
+        kinds = {f.kind for f in failures}
+        kind: Kind = next((k for k in ("configuration", "environment") if k in kinds), "transient")  # type: ignore[assignment]
         reasons = tuple(Counter(f.message for f in failures).most_common(3))
-        return cls(benchmark, index, size, len(failures), kind, reasons)
+        environment = sum(f.kind == "environment" for f in failures)
+        return cls(benchmark, index, size, len(failures), kind, reasons, environment)
 
     def line(self) -> str:
         top = "; ".join(f"{n}x {reason}" for reason, n in self.reasons)
@@ -116,7 +122,8 @@ class FailureSummary:
 
     def as_record(self) -> dict[str, object]:
         return {"benchmark": self.benchmark, "index": self.index, "size": self.size, "failed": self.failed,
-                "kind": self.kind, "reasons": [list(r) for r in self.reasons]}  # fmt: skip
+                "kind": self.kind, "reasons": [list(r) for r in self.reasons],
+                "environment": self.environment}  # fmt: skip
 
 
 class BatchFailed(Exception):
@@ -129,6 +136,7 @@ class BatchFailed(Exception):
 
     @property
     def transient(self) -> bool:
+        """Whether a retry may succeed: not after a configuration failure or an environment error."""
         return self.summary.kind == "transient"
 
 

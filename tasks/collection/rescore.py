@@ -13,13 +13,16 @@ from core.logs import get_logger
 from core.rollout_row import RolloutRow
 from core.schema import to_parquet_bytes
 from envs.base import Env, Score, SingleTurnEnv
+from tasks.collection.env_calls import checked_score, env_call
+from tasks.collection.failures import BatchFailed, FailureSummary, RolloutFailed
 from tasks.collection.plan import Batch, BatchResult, batch_url
 from tasks.collection.rollout import CollectContext
 
 
-async def _score(env: SingleTurnEnv, row: dict[str, Any], completion: str) -> Score:
-    ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code, sympy off-loop)
-    return await ascore(row, completion) if ascore else env.score(row, completion)
+async def _score(ctx: CollectContext, env: SingleTurnEnv, row: dict[str, Any], completion: str) -> Score:
+    scorer = getattr(env, "ascore", None) or env.score  # envs that score asynchronously (sandboxed code, sympy)
+    result = await env_call(env, "score", ctx.collection.env_timeout_s, scorer, row, completion)
+    return checked_score(env, "score", result)
 
 
 async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source: BatchResult) -> BatchResult:
@@ -34,15 +37,22 @@ async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source
     if missing:
         raise RuntimeError(f"{source.url} lacks {len(missing)} rollouts of batch {batch.index} (e.g. {missing[0]})")
     records: list[RolloutRow] = []
+    failures: list[RolloutFailed] = []
     for pid, repeat, row in wanted:
         record: RolloutRow = old[(pid, repeat)]  # type: ignore[assignment]
-        score = await _score(env, row, record.get("completion") or "")
+        try:
+            score = await _score(ctx, env, row, record.get("completion") or "")
+        except RolloutFailed as failure:  # an environment error: counted, never part of a result
+            failures.append(failure)
+            continue
         record.update(
             run_id=ctx.run_id, benchmark=batch.benchmark, env_version=env.version, batch_key=batch.key,
             reference=env.reference(row), reward=score.reward, success=score.success,
             parsed_answer=score.parsed_answer, info=score.info,
         )  # fmt: skip
         records.append(record)
+    if failures:
+        raise BatchFailed(FailureSummary.of(batch.benchmark, batch.index, batch.size, failures))
     url = batch_url(ctx.run_dir, batch)
     ctx.store.write_bytes(url, to_parquet_bytes(records))  # atomic; created_at stays the completion's
     get_logger().info(

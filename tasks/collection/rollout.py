@@ -22,6 +22,7 @@ from core.schema import to_json
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
 from tasks.collection.concurrency import Limiter, make_limiter, request_priority
+from tasks.collection.env_calls import checked_score, checked_turn, env_call
 from tasks.collection.failures import RolloutFailed, classify, describe
 from tasks.collection.plan import Batch, rollout_seed
 from tasks.collection.progress import PROGRESS_INTERVAL_S, Progress
@@ -185,6 +186,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     (see tasks.collection.failures)."""
     prompt_id = env.prompt_id(row)
     sampling = batch.sampling or ctx.sampling  # the benchmark's own max_tokens, where it sets one
+    timeout = ctx.collection.env_timeout_s
     seed = rollout_seed(sampling.seed, prompt_id, repeat)
     record: RolloutRow = {
         "run_id": ctx.run_id,
@@ -197,7 +199,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         "model": ctx.server.model,
         "model_fingerprint": ctx.model_fingerprint,
         "sampling": sampling.model_dump(mode="json"),
-        "reference": env.reference(row),
+        "reference": await env_call(env, "reference", timeout, env.reference, row),
         "turns": 0,
         "tool_calls": 0,
         "reward": 0.0,
@@ -207,9 +209,9 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     if isinstance(env, MultiTurnEnv):
         return await _multi_turn(ctx, env, row, seed, record, sampling)
     assert isinstance(env, SingleTurnEnv)
-    prompt = env.prompt(row)
+    prompt = await env_call(env, "prompt", timeout, env.prompt, row)
     if prompt is None:
-        messages: list[dict[str, str]] = env.messages(row)
+        messages: list[dict[str, str]] = await env_call(env, "messages", timeout, env.messages, row)
         record["messages"] = messages
         request: ChatRequest = {"messages": messages}
     else:
@@ -226,8 +228,8 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     raw = (choice.message.content if prompt is None else choice.text) or ""
     completion = cut_at_stops(raw, stops[MAX_STOPS:])
     finish_reason = "stop" if len(completion) < len(raw) else choice.finish_reason
-    ascore = getattr(env, "ascore", None)  # envs that score asynchronously (sandboxed code)
-    score = await ascore(row, completion) if ascore else env.score(row, completion)
+    scorer = getattr(env, "ascore", None) or env.score  # envs that score asynchronously (sandboxed code)
+    score = checked_score(env, "score", await env_call(env, "score", timeout, scorer, row, completion))
     usage = response.usage
     if prompt is None:
         transcript: Any = [*messages, {"role": "assistant", "content": completion}]
@@ -277,7 +279,8 @@ async def _multi_turn(
     Token counts and latency are summed over turns (each turn re-sends the conversation, so prompt
     tokens grow with the number of turns); the concurrency slot is held per request, not per episode.
     """
-    episode = env.reset(row)
+    timeout = ctx.collection.env_timeout_s
+    episode = await env_call(env, "reset", timeout, env.reset, row)
     messages = list(episode.messages)
     record["messages"] = list(episode.messages)
     tools, tool_choice = env.tools(), env.tool_choice()
@@ -310,11 +313,11 @@ async def _multi_turn(
         assistant = _assistant_message(choice.message)
         completion = assistant["content"] or completion
         messages.append(assistant)
-        step = episode.step(assistant)
+        step = checked_turn(env, await env_call(env, "step", timeout, episode.step, assistant))
         messages.extend(step.messages)
         if step.done:
             break
-    score = episode.result()
+    score = checked_score(env, "result", await env_call(env, "result", timeout, episode.result))
     return _scored(
         record,
         score,

@@ -31,18 +31,24 @@ class Collected:
 
     def status(self, max_failed_share: float) -> RunStatus:
         """The run's state from its failures: "failed" on any configuration failure or when more than
-        `max_failed_share` of the planned rollouts failed transiently, "incomplete" when fewer did,
-        else "complete". Only a complete run is ever a baseline."""
+        `max_failed_share` of the planned rollouts failed (transiently, or as environment errors),
+        "incomplete" when fewer did, else "complete". Only a complete run is ever a baseline."""
         failed = self.failed_rollouts
         share = failed / self.planned_rollouts if self.planned_rollouts else 0.0
-        configuration = [f for f in self.failed if not f.transient]
+        environment = sum(f.summary.environment for f in self.failed)
+        how = (
+            f"failed ({environment} environment errors, {failed - environment} transient)"
+            if environment
+            else ("failed transiently")
+        )
+        configuration = [f for f in self.failed if f.summary.kind == "configuration"]
         if configuration:
             state, why = "failed", f"configuration failure: {configuration[0].summary.line()}"
         elif share > max_failed_share:
             state, why = (
                 "failed",
                 (
-                    f"{failed} of {self.planned_rollouts} rollouts ({share:.1%}) failed transiently, more than "
+                    f"{failed} of {self.planned_rollouts} rollouts ({share:.1%}) {how}, more than "
                     f"collection.max_failed_share ({max_failed_share:.1%}); first: {self.failed[0].summary.line()}"
                 ),
             )
@@ -50,7 +56,7 @@ class Collected:
             state, why = (
                 "incomplete",
                 (
-                    f"{failed} of {self.planned_rollouts} rollouts ({share:.1%}) failed transiently and are left "
+                    f"{failed} of {self.planned_rollouts} rollouts ({share:.1%}) {how} and are left "
                     f"out; a rerun collects only them. First: {self.failed[0].summary.line()}"
                 ),
             )
@@ -58,7 +64,7 @@ class Collected:
             state, why = "complete", ""
         return RunStatus.model_validate(
             {"state": state, "reason": why, "failed_rollouts": failed, "planned_rollouts": self.planned_rollouts,
-             "failed_batches": [f.summary.as_record() for f in self.failed]}
+             "failed_batches": [f.summary.as_record() for f in self.failed], "environment_errors": environment}
         )  # fmt: skip
 
 

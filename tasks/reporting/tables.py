@@ -226,12 +226,15 @@ def _as_datetime(value: Any) -> datetime | None:
 def _status_cell(status: RunStatus) -> str:
     """The status as its state (and, when rollouts failed, how many)."""
     failed = status.failed_rollouts
-    return status.state if not failed else f"{status.state} ({failed} of {status.planned_rollouts} rollouts failed)"
+    if not failed:
+        return status.state
+    environment = f", {status.environment_errors} of them environment errors" if status.environment_errors else ""
+    return f"{status.state} ({failed} of {status.planned_rollouts} rollouts failed{environment})"
 
 
 # run_info fields shown in their own tables or notes, or only when set (a training run's step)
 _OWN_SECTIONS = {"config", "timings", "provenance", "shards", "long_prompts", "status"}
-_WHEN_SET = {"training_run", "step"}
+_WHEN_SET = {"training_run", "step", "rescored_from"}
 
 
 def run_sections(run_info: RunInfo) -> list[Section]:

@@ -160,7 +160,7 @@ def test_plugin_conflicts_and_misnamed_plugins_fail_in_one_line(
         ),
         ("echo_env.py:EchoEnv", ENV_SOURCE.replace('"echo"', '"bad name!"'), r"attribute 'name' must be a string"),
         ("no_such_pkg.envs:EchoEnv", None, r"module 'no_such_pkg.envs' cannot be imported on host"),
-        ("gsm9k", None, r"unknown environment 'gsm9k'; known: gsm8k, humaneval"),
+        ("gsm9k", None, r"unknown environment 'gsm9k' on host .*; known: gsm8k, humaneval"),
     ],
 )
 def test_a_broken_environment_fails_with_the_config_in_one_line(

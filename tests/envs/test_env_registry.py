@@ -22,7 +22,7 @@ def test_get_env_by_name_with_options() -> None:
 
 
 def test_unknown_env_lists_known_names() -> None:
-    with pytest.raises(ValueError, match=r"unknown environment 'gsm9k'; known: gsm8k"):
+    with pytest.raises(ValueError, match=r"unknown environment 'gsm9k' on host .*; known: gsm8k"):
         get_env("gsm9k")
 
 

@@ -234,3 +234,33 @@ def test_retry_of_a_crashed_deployment_run_collects_only_lost_batches(
         assert pairs(str(run_dirs[0])) == sorted({(f"gsm-{i:04d}", r) for i in range(12) for r in range(2)})
     finally:
         proxy.stop()
+
+
+def test_a_users_benchmark_runs_through_a_deployment_and_a_missing_one_fails_first(
+    deployed: Deployed, endpoint: Endpoint
+) -> None:
+    """A YAML task from this checkout (the worker's working directory: the deployment's pull step sets it)
+    runs through eval/smoke like a built-in; a module the worker cannot import fails the flow run in one line
+    naming the module and the worker's host, before any server starts or batch runs."""
+    import socket
+
+    from tests.conftest import REPO_ROOT
+
+    params = external(deployed.params("eval/smoke")["config"], endpoint)
+    params["benchmarks"] = [{"task": str(REPO_ROOT / "examples/tasks/science_mc.yaml"), "limit": 4, "repeats": 1}]
+    out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")
+    assert out.returncode == 0 and "state: Completed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+    report = next(line for line in out.stdout.splitlines() if line.startswith("report: "))[len("report: ") :]
+    metrics = json.loads((Path(report).parent / "metrics.json").read_text())
+    assert metrics["benchmarks"]["science_mc"]["n_rollouts"] == 4
+    (bench,) = metrics["run_info"]["provenance"]["benchmarks"]
+    assert bench["env_ref"].endswith("examples/tasks/science_mc.yaml") and bench["env_fingerprint"]
+
+    params["benchmarks"] = [{"name": "team_benchmarks.science:ScienceEnv", "limit": 4}]
+    started = time.monotonic()
+    out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")
+    assert out.returncode == 1 and "state: Failed" in out.stdout, out.stdout[-2000:]
+    assert "config.benchmarks.0.name" in out.stdout
+    assert f"module 'team_benchmarks.science' cannot be imported on host {socket.gethostname()}" in out.stdout
+    assert time.monotonic() - started < 120
+    assert deployed.task_runs([run_id_of(out.stdout)], "%") == []  # no conversion, no server, no batch
