@@ -317,7 +317,8 @@ def _read_yaml(path: Path, label: str) -> tuple[Any, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TaskSpecError(f"{label}: task file not found") from None
+        where = "a relative path starts from the working directory"
+        raise TaskSpecError(f"{path}: task file not found ({where})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TaskSpecError(f"{label}: cannot read the task file: {e}") from None
     loader = yaml.SafeLoader(text)

@@ -178,7 +178,7 @@ def test_a_relative_path_is_named_as_given_from_the_working_directory(
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("missing.yaml", "DIR/missing.yaml: task file not found"),
+        ("missing.yaml", "DIR/missing.yaml: task file not found (a relative path starts from the working directory)"),
         ("task.json", "DIR/task.json: a task file must end in .yaml or .yml"),
     ],
 )
