@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, JsonValue, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from core.config_base import Strict as _Strict
 from core.config_base import absolute_path
@@ -23,7 +23,7 @@ class BenchmarkConfig(_Strict):
         "plugin's; `evalflow envs list`), `package.module:Class`, `path/to/file.py:Class` or a task file "
         "`path/to/task.yaml` (paths relative to the working directory)",
     )
-    task: str | dict[str, Any] | None = Field(
+    task: str | dict[str, JsonValue] | None = Field(
         None,
         description="a declarative single-turn task instead of `name`: a YAML file (relative to the working "
         "directory) or the task's fields inline",
@@ -39,7 +39,7 @@ class BenchmarkConfig(_Strict):
     )
     limit: int | None = Field(None, ge=1, description="use the first N prompts")
     repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
-    options: dict[str, Any] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
+    options: dict[str, JsonValue] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
     max_tokens: int | None = Field(
         None,
         ge=1,
@@ -54,7 +54,7 @@ class BenchmarkConfig(_Strict):
     _env_name: str = PrivateAttr("")
 
     @property
-    def env_ref(self) -> str | dict[str, Any]:
+    def env_ref(self) -> str | dict[str, JsonValue]:
         """What envs.registry loads: the task (a file or inline) or the environment's name or reference."""
         return self.task if self.task is not None else (self.name or "")
 
@@ -96,7 +96,7 @@ class BenchmarkConfig(_Strict):
 
     @field_validator("task")
     @classmethod
-    def _known_task(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    def _known_task(cls, value: str | dict[str, JsonValue] | None) -> str | dict[str, JsonValue] | None:
         from envs.registry import env_class
 
         if value is None:
@@ -107,7 +107,7 @@ class BenchmarkConfig(_Strict):
 
     @field_validator("options")
     @classmethod
-    def _known_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    def _known_options(cls, value: dict[str, JsonValue], info: ValidationInfo) -> dict[str, JsonValue]:
         """Options the environment does not take, or values it rejects, fail here (naming
         benchmarks.N.options), not at planning time."""
         from envs.registry import get_env

@@ -104,7 +104,7 @@ class BenchmarkProvenance(_Record):
     env_ref: str | None = None
     env_fingerprint: str | None = None
     env_source_sha256: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)  # the environment's own options, as configured
+    options: dict[str, JsonValue] = Field(default_factory=dict)  # the environment's own options, as configured
     max_tokens: int | None = None
     dataset: str | None = None
     rows: int
@@ -120,7 +120,7 @@ class Provenance(_Record):
     prefect: str | None = None
     runtime: RuntimeVersions | None = None
     # the server settings that change samples: mode, runtime, dtype, vLLM flags, the CPU choice (open-ended)
-    server: dict[str, Any] = Field(default_factory=dict)
+    server: dict[str, JsonValue] = Field(default_factory=dict)
     hardware: Hardware
     benchmarks: list[BenchmarkProvenance] = Field(default_factory=list)
 
@@ -137,7 +137,7 @@ class RunInfo(_Record):
     model_fingerprint: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, JsonValue] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     deployment: str | None = None
     provenance: Provenance | None = None
@@ -255,8 +255,8 @@ class RunPlan(_Record):
     redacted, the model's preparation plan (tasks.checkpoints' ModelPlan, or an external server's), per benchmark
     its prompts, and how many batches and rollouts are cached or to generate."""
 
-    config: dict[str, Any]
-    model: dict[str, Any]
+    config: dict[str, JsonValue]
+    model: dict[str, JsonValue]
     benchmarks: dict[str, BenchmarkPlan] = Field(default_factory=dict)
     batches: BatchCount = Field(default_factory=BatchCount)
     rollouts: RolloutCount

@@ -5,22 +5,31 @@ run whose scoring changed but whose requests did not rescores those completions 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 from core.store import Store
+
+
+class BatchRecord(TypedDict):
+    """A finished batch as its cache record stores it (BatchResult's fields; a test pins that they agree)."""
+
+    url: str
+    rollouts: int
+    errors: int
+    completion_tokens: int
+    seconds: float
 
 
 def generation_url(store: Store, generation: str) -> str:
     return store.path("cache", "generations", generation[:2], f"{generation}.json")
 
 
-def record_generation(store: Store, generation: str, record: Mapping[str, Any]) -> None:
+def record_generation(store: Store, generation: str, record: BatchRecord) -> None:
     """Note where a finished batch's completions are (its BatchRecord); the newest batch wins."""
     store.write_bytes(generation_url(store, generation), json.dumps(dict(record), sort_keys=True).encode())
 
 
-def find_generation(store: Store, generation: str) -> dict[str, Any] | None:
+def find_generation(store: Store, generation: str) -> BatchRecord | None:
     """The BatchRecord of finished completions for `generation`, or None (never written, or unreadable)."""
     url = generation_url(store, generation)
     if not store.exists(url):
@@ -29,4 +38,4 @@ def find_generation(store: Store, generation: str) -> dict[str, Any] | None:
         record = json.loads(store.read_bytes(url))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) else None
+    return record if isinstance(record, dict) and set(record) == set(BatchRecord.__annotations__) else None

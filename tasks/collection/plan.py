@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from prefect.filesystems import WritableFileSystem
 
@@ -19,7 +19,7 @@ from envs.datasets import load_rows, rows_hash
 from envs.registry import get_env
 from tasks.collection.cache import STALE, lookup
 from tasks.collection.failures import is_outcome_error
-from tasks.collection.generations import find_generation
+from tasks.collection.generations import BatchRecord, find_generation
 
 
 @dataclass
@@ -96,16 +96,6 @@ class Batch:
     def cache_key(self) -> str:
         """The batch task's Prefect cache key (and result file name)."""
         return f"batch-{self.key}"
-
-
-class BatchRecord(TypedDict):
-    """A finished batch as its cache record stores it (BatchResult's fields; a test pins that they agree)."""
-
-    url: str
-    rollouts: int
-    errors: int
-    completion_tokens: int
-    seconds: float
 
 
 @dataclass(frozen=True)
