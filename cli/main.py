@@ -11,6 +11,7 @@ from cli.rescore import rescore
 from cli.run import run
 from cli.runtime import runtime
 from cli.sweep import sweep
+from cli.watch import watch
 
 app = typer.Typer(
     cls=EvalflowGroup,  # an EvalflowError from any command: one line naming its kind, exit status 2 (1: run, ops)
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 app.command()(run)
 app.command()(sweep)
+app.command()(watch)
 app.command()(prepare)
 app.command()(rescore)
 app.add_typer(reports.app, name="reports")

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from core.benchmark_config import BenchmarkConfig, benchmark_setting
 from core.config_base import URL_RE, absolute_path
 from core.config_base import Strict as _Strict
+from core.training_steps import parse_steps
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -72,6 +73,23 @@ class ModelConfig(_Strict):
     skip: bool = Field(
         False, description="serve a pre-converted folder as is (output_dir, or an HF source): checked lightly"
     )
+    # A training run: `source` names its folder (NeMo RL step_N/, HF checkpoint-N/) or a pattern with {step}.
+    steps: str | int | list[int] | None = Field(
+        None,
+        description="a training run (evalflow watch): which of its checkpoints to evaluate: all, latest, every:K "
+        "(step numbers that are multiples of K) or a list of step numbers; source names the run's folder",
+    )
+    step_order: Literal["oldest", "newest"] = Field("oldest", description="training run: which ready step goes first")
+    settle_s: float = Field(
+        60.0, ge=0, description="training run: a step is ready once its save finished and no file changed this long"
+    )
+    step_attempts: int = Field(
+        3, ge=1, description="training run: runs of a step that failed (conversion, server) before it is left out"
+    )
+    training_run: str | None = Field(
+        None, description="the training run a checkpoint belongs to (default: from the run folder's name and place)"
+    )
+    step: int | None = Field(None, ge=0, description="the checkpoint's training step (set by the watcher per run)")
 
     @field_validator("source")
     @classmethod
@@ -92,9 +110,17 @@ class ModelConfig(_Strict):
     def _local_or_url(cls, value: str | None) -> str | None:
         return absolute_path(value) if value else value
 
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, value: str | int | list[int] | None) -> str | int | list[int] | None:
+        parse_steps(value)  # a bad value fails here, with the config
+        return value
+
     @model_validator(mode="after")
     def _force_or_skip(self) -> ModelConfig:
-        if self.kind != "hub":  # asked for as a hub id: passed to vLLM as typed, even if a folder has its name
+        if self.steps is not None:  # a training run's folder or pattern: where it enters, made absolute
+            self.source = absolute_path(self.source)
+        elif self.kind != "hub":  # asked for as a hub id: passed to vLLM as typed, even if a folder has its name
             self.source = model_source(self.source)
         if self.force and self.skip:
             raise ValueError("model.force (convert again) and model.skip (use as is) exclude each other")

@@ -212,6 +212,7 @@ class IndexEntry(_Record):
     model_fingerprint: str | None = None
     training_run: str | None = None
     step: int | None = None
+    config_key: str | None = None  # core.training_steps.config_key of the run's config: which steps a watcher did
     benchmarks: list[str] = Field(default_factory=list)
     started_at: str | None = None
     finished_at: str | None = None

@@ -294,6 +294,8 @@ def _run_info(
         shards=shards or [],
         long_prompts=long_prompts,
         rescored_from=prepared.rescore_of,
+        training_run=config.model.training_run,
+        step=config.model.step,
     )
 
 

@@ -13,6 +13,7 @@ from core.resolve import resolve
 from core.secrets import redact
 from core.store import Store
 from envs.base import SingleTurnEnv
+from errors import ConfigError
 from flows.shards import deployment_name as shard_deployment
 from tasks.checkpoints.prepare import ModelPlan, plan_model
 from tasks.collection.cache import result_storage
@@ -75,6 +76,11 @@ def preflight(
     writable, datasets load and validate, the model source is located and hashed. Returns (config
     with blocks applied, store, benchmarks, model plan). Without `probe` (a dry run) a local store is
     checked without creating it."""
+    if config.model.steps is not None:
+        raise ConfigError(
+            f"model.steps: {config.model.source} is a training run (its checkpoints are runs of their own): evaluate "
+            "it with `evalflow watch` (`--once` for the steps ready now), or name one step's folder as model.source"
+        )
     resolved = resolve(config)  # a missing block fails here, naming the field
     config, store = resolved.config, resolved.store
     store.check_writable(probe=probe)

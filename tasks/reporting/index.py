@@ -33,6 +33,7 @@ from filelock import FileLock
 
 from core.record import IndexEntry, RunInfo
 from core.store import Store, StoreError, join
+from core.training_steps import config_key
 from tasks.reporting.format import relative_to_store
 from tasks.reporting.headline import Metrics, as_run_metrics, headline_rows
 from tasks.reporting.index_page import INDEX_HTML, render_index_html
@@ -67,6 +68,7 @@ def index_entry(run_info: RunInfo, metrics: Metrics, report_urls: dict[str, str]
         model_fingerprint=run_info.model_fingerprint,
         training_run=run_info.training_run,
         step=run_info.step,
+        config_key=config_key(run_info.config) if run_info.config else None,
         benchmarks=sorted(run.benchmarks),
         started_at=run_info.started_at,
         finished_at=run_info.finished_at,

@@ -1,16 +1,20 @@
 """index.html, the run store's front page: every run linked to its report, and trend charts.
 
 Runs are listed newest first; the trends are accuracy and mean reward per deployment (or run name) and
-benchmark.
+benchmark. Training runs (runs whose info names one, a checkpoint each) get a table of their own linking
+each one's curve page, `training/<id>/index.html` (training_curve.py); which run stands for a step is
+decided here (`step_runs`), so the index and the curve page count the same steps.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import plotly.graph_objects as go
 from pydantic import Field
@@ -26,6 +30,9 @@ from tasks.reporting.render import render_html
 
 MAX_TREND_CHARTS = 40
 INDEX_HTML = "index.html"
+TRAINING_DIR = "training"
+_TRAINING_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+E = TypeVar("E", bound=IndexEntry)
 
 
 class StoredEntry(IndexEntry):
@@ -74,11 +81,23 @@ class IndexRow:
 
 
 @dataclass(frozen=True)
+class TrainingRunRow:
+    """One training run in the index: how many steps have a complete evaluation, the latest and the best."""
+
+    training_run: str
+    href: str  # its curve page, relative to the store root; "" for an id that cannot name a folder
+    steps: int
+    latest: str
+    best: str  # by the accuracy of its first benchmark (by name)
+
+
+@dataclass(frozen=True)
 class IndexView:
     title: str
     runs: int
     trends: list[Chart]
     rows: list[IndexRow]
+    training_runs: list[TrainingRunRow] = field(default_factory=list)
 
 
 def _rows(entry: StoredEntry) -> list[IndexRow]:
@@ -180,6 +199,45 @@ def trend_charts(entries: list[StoredEntry], limit: int = MAX_TREND_CHARTS) -> l
     ]
 
 
+def training_page(training_run: str) -> str | None:
+    """The store path of a training run's curve page; None for an id that could leave `training/` (its
+    folder is named after it)."""
+    return f"{TRAINING_DIR}/{training_run}/{INDEX_HTML}" if _TRAINING_RUN_ID.match(training_run) else None
+
+
+def step_runs(entries: Iterable[E], training_run: str) -> dict[int, list[E]]:
+    """A training run's complete runs per step, by step; each step's newest first when `entries` are (as the
+    index keeps them). A failed or partial run is no point of the curve; a re-evaluation supersedes."""
+    steps: dict[int, list[E]] = {}
+    for e in entries:
+        if e.training_run == training_run and e.step is not None and e.status == "complete":
+            steps.setdefault(e.step, []).append(e)
+    return dict(sorted(steps.items()))
+
+
+def best_step(values: Iterable[tuple[int, float | None]]) -> int | None:
+    """The step with the highest value (the earliest on ties: it got there first); None when none has one."""
+    scored = [(v, -s) for s, v in values if v is not None]
+    return -max(scored)[1] if scored else None
+
+
+def training_run_rows(entries: list[StoredEntry]) -> list[TrainingRunRow]:
+    """The training runs among `entries` (newest first), the most recently active first."""
+    ids = list(dict.fromkeys(e.training_run for e in entries if e.training_run))
+    rows = []
+    for run in ids:
+        steps = {s: runs[0] for s, runs in step_runs(entries, run).items()}
+        first = min((name for e in steps.values() for name in e.headline), default=None)
+        accuracy = [(s, e.headline[first].accuracy if first in e.headline else None) for s, e in steps.items()]
+        best = best_step(accuracy)
+        best_text = NONE
+        if best is not None and first is not None:
+            best_text = f"{best} ({first} accuracy {fmt_rate(steps[best].headline[first].accuracy)})"
+        latest = str(max(steps)) if steps else NONE
+        rows.append(TrainingRunRow(run, training_page(run) or "", len(steps), latest, best_text))
+    return rows
+
+
 def index_view(entries: list[IndexEntry]) -> IndexView:
     """The page of `entries` (newest first, as read_entries returns them)."""
     stored = [StoredEntry.model_validate(e.model_dump()) for e in entries]
@@ -188,6 +246,7 @@ def index_view(entries: list[IndexEntry]) -> IndexView:
         runs=len(stored),
         trends=trend_charts([e for e in stored if e.status == "complete"]),  # a failed run is not a point
         rows=[row for entry in stored for row in _rows(entry)],
+        training_runs=training_run_rows(stored),
     )
 
 

@@ -73,8 +73,14 @@ def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: De
 
 
 def test_smoke_deployment_run_completes_with_report_and_artifacts(deployed: Deployed) -> None:
+    """The deployment's config at test scale, plus a user's YAML task from this checkout (the worker's working
+    directory: the deployment's pull step sets it), which runs like a built-in."""
+    from tests.conftest import REPO_ROOT
+
     params = deployed.params("eval/smoke")["config"]
-    params["benchmarks"][0].update(limit=4, repeats=2)  # the deployment's config, at test scale
+    params["benchmarks"][0].update(limit=4, repeats=2)
+    task = str(REPO_ROOT / "examples/tasks/science_mc.yaml")
+    params["benchmarks"].append({"task": task, "limit": 4, "repeats": 1})
     params["sampling"]["max_tokens"] = 64
     out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -83,6 +89,9 @@ def test_smoke_deployment_run_completes_with_report_and_artifacts(deployed: Depl
     assert report.is_file() and report.is_relative_to(deployed.store)  # the `runs` store block's folder
     metrics = json.loads((report.parent / "metrics.json").read_text())
     assert metrics["benchmarks"]["gsm8k"]["n_rollouts"] == 8
+    assert metrics["benchmarks"]["science_mc"]["n_rollouts"] == 4
+    bench = {b["benchmark"]: b for b in metrics["run_info"]["provenance"]["benchmarks"]}["science_mc"]
+    assert bench["env_ref"] == task and bench["env_fingerprint"]
     assert metrics["run_info"]["deployment"] == "smoke"
     server = metrics["run_info"]["config"]["server"]  # from the cpu-smoke block
     assert (server["extra_args"][0], server["tool_call_parser"]) == ("--enforce-eager", "hermes")
@@ -91,8 +100,8 @@ def test_smoke_deployment_run_completes_with_report_and_artifacts(deployed: Depl
     artifacts = deployed.artifacts(run_id_of(out.stdout))
     assert "gsm8k" in artifacts["eval-report"].data
     table = artifacts["eval-report-metrics"].data
-    (row,) = json.loads(table) if isinstance(table, str) else table
-    assert (row["benchmark"], row["rollouts"]) == ("gsm8k", 8)
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert [(row["benchmark"], row["rollouts"]) for row in rows] == [("gsm8k", 8), ("science_mc", 4)]
     assert str(report) in artifacts["eval-report-html"].data
 
 
@@ -236,26 +245,14 @@ def test_retry_of_a_crashed_deployment_run_collects_only_lost_batches(
         proxy.stop()
 
 
-def test_a_users_benchmark_runs_through_a_deployment_and_a_missing_one_fails_first(
+def test_a_benchmark_the_worker_cannot_import_fails_before_anything_runs(
     deployed: Deployed, endpoint: Endpoint
 ) -> None:
-    """A YAML task from this checkout (the worker's working directory: the deployment's pull step sets it)
-    runs through eval/smoke like a built-in; a module the worker cannot import fails the flow run in one line
-    naming the module and the worker's host, before any server starts or batch runs."""
+    """A module the worker lacks fails the flow run in one line naming the module and the worker's host,
+    before any server starts or batch runs (a user's task running through a deployment: the smoke test)."""
     import socket
 
-    from tests.conftest import REPO_ROOT
-
     params = external(deployed.params("eval/smoke")["config"], endpoint)
-    params["benchmarks"] = [{"task": str(REPO_ROOT / "examples/tasks/science_mc.yaml"), "limit": 4, "repeats": 1}]
-    out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")
-    assert out.returncode == 0 and "state: Completed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
-    report = next(line for line in out.stdout.splitlines() if line.startswith("report: "))[len("report: ") :]
-    metrics = json.loads((Path(report).parent / "metrics.json").read_text())
-    assert metrics["benchmarks"]["science_mc"]["n_rollouts"] == 4
-    (bench,) = metrics["run_info"]["provenance"]["benchmarks"]
-    assert bench["env_ref"].endswith("examples/tasks/science_mc.yaml") and bench["env_fingerprint"]
-
     params["benchmarks"] = [{"name": "team_benchmarks.science:ScienceEnv", "limit": 4}]
     started = time.monotonic()
     out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from core.schema import EnvMetric, Interval, RunMetrics, to_parquet_bytes
 from core.store import Store
@@ -134,10 +134,12 @@ def test_a_config_with_secrets_reports_none_of_them(store: Store, files: list[st
                 "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "aws_secret_access_key": secrets[2]},
             },
         },
-        "server": {"base_url": "http://gpu:8000/v1", "api_key": SecretStr(secrets[3])},
+        "server": {"base_url": "http://gpu:8000/v1", "api_key": secrets[3]},
         "model": {"source": "s3://ckpt/step_10", "password": secrets[4], "session_token": secrets[5]},
     }
     metrics = analyze(files, store)
+    with pytest.raises(ValidationError):  # a record holds JSON only: never a secret object to leak through
+        run_info(**RUN, config={**config, "server": {"api_key": SecretStr(secrets[3])}})
     info = run_info(**RUN, config=config)
     urls = write_report(store.path("runs", "r1"), metrics, info, files, store)
     written = {kind: Path(url).read_text() for kind, url in urls.items()}

@@ -1,0 +1,87 @@
+"""The watcher's plan for one poll: which selected ready steps it evaluates, which it leaves (done with this
+config, given up after failing, not selected), in which order, and the config of each step's run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.config import EvalConfig
+from core.record import IndexEntry
+from core.resolve import resolve
+from core.secrets import redact
+from core.training_steps import config_key
+from errors import ConfigError
+from flows.plan import preflight
+from flows.watch import plan_poll, step_config, watch_key
+from tasks.checkpoints.training_run import Step
+
+
+def steps(*numbers: int, not_ready: tuple[int, ...] = ()) -> list[Step]:
+    return [
+        Step(n, f"/runs/grpo/step_{n}", "nemo-rl", n not in not_ready, "saving" if n in not_ready else "", 1.0)
+        for n in numbers
+    ]
+
+
+def config(tmp_path: Path, **model: object) -> EvalConfig:
+    return EvalConfig.model_validate(
+        {
+            "model": {"source": "/runs/grpo", "steps": "all", **model},
+            "benchmarks": [{"name": "gsm8k", "limit": 4, "repeats": 2}],
+            "store": {"url": str(tmp_path / "store")},
+        }
+    )
+
+
+def entry(step: int, key: str, status: str = "complete", run: str = "grpo-1") -> IndexEntry:
+    return IndexEntry(run_id=f"r{step}-{status}", training_run=run, step=step, config_key=key, status=status)
+
+
+def test_a_poll_evaluates_the_selected_ready_steps_this_config_has_not_done(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    listed = steps(10, 20, 30, 40, not_ready=(40,))
+    entries = [entry(10, "k"), entry(20, "k", status="failed"), entry(30, "other-config"), entry(30, "k", run="x")]
+    todo, left = plan_poll(listed, cfg, "grpo-1", "k", entries, {})
+    assert [s.step for s in todo] == [20, 30]  # a failed run is no result; another config's or run's is not ours
+    assert [(s.step, s.state, s.run_id) for s in left] == [(10, "done", "r10-complete")]
+    newest = config(tmp_path, step_order="newest", steps="every:20")
+    assert [s.step for s in plan_poll(listed, newest, "grpo-1", "k", [], {})[0]] == [20]
+    assert [s.step for s in plan_poll(listed, config(tmp_path, step_order="newest"), "grpo-1", "k", [], {})[0]] == [
+        30, 20, 10
+    ]  # fmt: skip
+
+
+def test_a_step_that_keeps_failing_is_given_up_after_step_attempts(tmp_path: Path) -> None:
+    cfg = config(tmp_path, step_attempts=2)
+    todo, left = plan_poll(steps(10, 20), cfg, "grpo-1", "k", [], {"k:10": 2, "k:20": 1, "other:20": 5})
+    assert [s.step for s in todo] == [20]
+    assert [(s.step, s.state, s.message) for s in left] == [(10, "given_up", "failed 2 times (model.step_attempts)")]
+
+
+def test_a_steps_run_records_the_key_the_watcher_looks_for(tmp_path: Path) -> None:
+    """The index entry's config_key (of the step run's redacted, block-resolved config) equals the watcher's:
+    otherwise every poll would evaluate every step again."""
+    cfg = config(tmp_path, settle_s=5)
+    child = step_config(cfg, steps(20)[0], "grpo-1")
+    assert (child.model.source, child.model.training_run, child.model.step, child.model.steps) == (
+        "/runs/grpo/step_20", "grpo-1", 20, None
+    )  # fmt: skip
+    assert child.run_name == "grpo-1 step 20" and child.benchmarks == cfg.benchmarks
+    recorded = config_key(redact(resolve(child).config.model_dump(mode="json")))  # what RunInfo.config gives
+    assert recorded == watch_key(resolve(cfg).config)
+    other = config(tmp_path, settle_s=5).model_copy(update={"sampling": cfg.sampling.model_copy(update={"seed": 7})})
+    assert watch_key(resolve(other).config) != recorded
+
+
+def test_an_api_key_given_in_the_parameters_reaches_each_step_and_a_blocks_stays_in_the_block(tmp_path: Path) -> None:
+    given = EvalConfig.model_validate({**json.loads(config(tmp_path).model_dump_json()), "server": {"api_key": "sk-1"}})
+    assert step_config(given, steps(10)[0], "r").server.api_key.get_secret_value() == "sk-1"
+    assert "api_key" not in step_config(config(tmp_path), steps(10)[0], "r").server.model_fields_set
+
+
+def test_a_training_run_given_to_evalflow_run_points_to_watch(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.steps: /runs/grpo is a training run .* `evalflow watch`"):
+        preflight(config(tmp_path))
