@@ -55,11 +55,13 @@ def check(
     if it were the completion: a task whose references do not score as correct has a broken extractor or scorer.
     Relative paths start from the working directory. Exits 1 when a reference fails to score."""
     from core.config import BenchmarkConfig
+    from core.overrides import validated
     from envs.catalog import check as check_env
 
     try:
         options = parse_options(option or [])
-        bench = BenchmarkConfig(name=env, options=options, dataset=dataset)  # paths resolved as in a config
+        # paths resolved as in a config; a bad reference is a `config error:` naming the field
+        bench = validated(BenchmarkConfig, {"name": env, "options": options, "dataset": dataset})
         result = check_env(bench.env_ref, bench.dataset, limit, options)
     except (ValueError, OSError) as exc:  # a DatasetError names file and line; a config error its field
         fail("envs check", exc)
