@@ -42,8 +42,10 @@ def _in_thread(what: str, fn: Callable[..., Any], *args: Any) -> asyncio.Future[
     def run() -> None:
         try:
             outcome = (True, fn(*args))
-        except BaseException as exc:
+        except Exception as exc:
             outcome = (False, exc)
+        except BaseException as exc:  # sys.exit() in a scorer: the user's code ended, not this process
+            outcome = (False, RuntimeError(f"{type(exc).__name__}({exc})"))
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this answer any more
             loop.call_soon_threadsafe(settle, *outcome)
 

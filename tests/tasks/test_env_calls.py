@@ -35,6 +35,8 @@ class Moody(GSM8KEnv):
             raise KeyError("no such field")
         if completion == "dict":
             return {"reward": 1}
+        if completion == "exit":
+            raise SystemExit(3)
         return super().score(row, completion)
 """
 ROW = {"id": "a", "question": "1+1?", "answer": "2"}
@@ -62,6 +64,8 @@ def test_a_users_scorer_that_raises_hangs_or_returns_junk_is_an_environment_erro
     assert time.monotonic() - started < 2  # the event loop did not wait for the sleeping scorer
     with pytest.raises(RolloutFailed, match=r"score: returned dict, not an envs.base.Score"):
         call(moody, "dict")
+    with pytest.raises(RolloutFailed, match=r"score: raised RuntimeError: SystemExit\(3\)"):
+        call(moody, "exit")  # sys.exit in a scorer ends that call, never the run
 
 
 @pytest.mark.parametrize(
