@@ -30,7 +30,9 @@ from core.training_steps import config_key, parse_steps
 from flows.eval import eval_flow
 from tasks.checkpoints.training_run import Step, list_steps, select_steps, training_run_id
 from tasks.collection.lease import lock_manager
+from tasks.reporting.format import browser_url
 from tasks.reporting.index import read_entries
+from tasks.reporting.report import artifact_key
 from tasks.reporting.training_curve import write_curve_report
 
 StepState = Literal["evaluated", "failed", "done", "given_up", "busy"]
@@ -153,7 +155,22 @@ async def watch_flow(config: EvalConfig) -> WatchResult:
         result.curve = write_curve_report(store, run)
     if not result.curve:
         result.curve = write_curve_report(store, run)
+    _publish(result, store)
     return result
+
+
+def _publish(result: WatchResult, store: Store) -> None:
+    """The curve as artifacts of the watcher's flow run: its markdown (the steps, the best step, the significant
+    changes) and a link to the HTML page."""
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact
+
+    key = artifact_key(f"training-curve-{result.training_run}")
+    evaluated = [s.step for s in result.steps if s.state == "evaluated"]
+    head = f"Poll of {result.source}: {result.listed} steps listed, {result.ready} ready, evaluated now: {evaluated}"
+    markdown = f"{head}\n\n{store.read_text(result.curve['markdown'])}"
+    create_markdown_artifact(markdown=markdown, key=key, description=f"training run {result.training_run}", _sync=True)
+    link = browser_url(result.curve["html"])
+    create_link_artifact(link=link, link_text="training curve", key=f"{key}-html", _sync=True)
 
 
 async def _evaluate(config: EvalConfig, step: Step, run: str, key: str, store: Store) -> WatchedStep:

@@ -85,3 +85,28 @@ def test_an_api_key_given_in_the_parameters_reaches_each_step_and_a_blocks_stays
 def test_a_training_run_given_to_evalflow_run_points_to_watch(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"model.steps: /runs/grpo is a training run .* `evalflow watch`"):
         preflight(config(tmp_path))
+
+
+def test_a_poll_with_nothing_ready_writes_the_curve_page_and_its_artifacts(prefect_home: Path, tmp_path: Path) -> None:
+    """A real poll (a flow run on the session's Prefect API) of a run whose only step is still being saved:
+    nothing is evaluated, the reason is reported, the (empty) curve page and the flow run's artifacts exist."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from flows.watch import watch_flow
+
+    weights = tmp_path / "grpo" / "step_10" / "policy" / "weights"
+    weights.mkdir(parents=True)
+    (weights / "__0_0.distcp").write_bytes(b"x")  # shards, no .metadata: the save is not finished
+    cfg = config(tmp_path, source=str(tmp_path / "grpo"))
+    state = asyncio.run(watch_flow(cfg, return_state=True))
+    result = state.result()
+    assert (result.listed, result.ready, result.steps) == (1, 0, [])
+    assert result.not_ready == {10: "step_10: no .metadata yet (the save is not finished)"}
+    assert "No step of this training run has a complete evaluation yet" in Path(result.curve["html"]).read_text()
+    with get_client(sync_client=True) as client:
+        own = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
+        keys = {a.key for a in client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=own))}
+    assert keys == {f"training-curve-{result.training_run}", f"training-curve-{result.training_run}-html"}
