@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
+import regex
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -26,7 +27,8 @@ _LAST_NUMBER_RE = re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|-
 def _check_regex(pattern: str) -> str:
     try:
         re.compile(pattern)
-    except re.error as e:
+        regex.compile(pattern, flags=regex.VERSION0)
+    except (re.error, regex.error) as e:
         raise ValueError(f"bad regex {pattern!r}: {e}") from None
     return pattern
 
@@ -152,9 +154,34 @@ def _extract_one(ex: Any, text: str, letters: str) -> str | None:
     raise TypeError(f"not an extractor: {ex!r}")
 
 
+# A task's own regexes run with the `regex` engine (re's syntax and matching: its VERSION0) under a time limit: a
+# pattern that backtracks catastrophically on some completion fails that rollout instead of hanging the run.
+REGEX_TIMEOUT_S = 2.0
+
+
 @lru_cache(maxsize=1024)
-def compiled_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def compiled_regex(pattern: str) -> regex.Pattern[str]:
+    return regex.compile(pattern, flags=regex.VERSION0)
+
+
+def finditer(pattern: str, text: str) -> list[regex.Match[str]]:
+    """Every non-overlapping match of a task's regex; TimeoutError past REGEX_TIMEOUT_S."""
+    try:
+        return list(compiled_regex(pattern).finditer(text, timeout=REGEX_TIMEOUT_S))
+    except TimeoutError:
+        raise _too_slow(pattern, text) from None
+
+
+def remove_matches(pattern: str, text: str) -> str:
+    """`text` without the matches of a task's regex (lm-eval's regexes_to_ignore); TimeoutError as finditer."""
+    try:
+        return compiled_regex(pattern).sub("", text, timeout=REGEX_TIMEOUT_S)
+    except TimeoutError:
+        raise _too_slow(pattern, text) from None
+
+
+def _too_slow(pattern: str, text: str) -> TimeoutError:
+    return TimeoutError(f"regex {pattern!r} ran over {REGEX_TIMEOUT_S:g} s on a {len(text)}-character text")
 
 
 def regex_find(pattern: str, group: int | str | None, select: str, text: str) -> str | None:
@@ -163,7 +190,7 @@ def regex_find(pattern: str, group: int | str | None, select: str, text: str) ->
     `group` "first_matched" takes the match's first non-empty group, as lm-eval does for a pattern with several
     (its `findall` gives a tuple); None when nothing matched (lm-eval's fallback).
     """
-    matches = list(compiled_regex(pattern).finditer(text))
+    matches = finditer(pattern, text)
     if not matches:
         return None
     m = matches[0] if select == "first" else matches[-1]

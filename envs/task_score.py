@@ -19,7 +19,7 @@ from pydantic import BeforeValidator, Field
 from envs.base import DatasetError
 from envs.code import remote_names
 from envs.extract import answers_equal, to_number
-from envs.task_extract import NonEmpty, Regex, TaskModel, compiled_regex, kind_shorthand
+from envs.task_extract import NonEmpty, Regex, TaskModel, kind_shorthand, remove_matches
 from sandbox.runner import SandboxResult, TestSpec, run_tests
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -98,7 +98,7 @@ def needs_main_thread(scorer: Any) -> bool:
 def lm_eval_clean(text: str, scorer: ExactMatchScorer) -> str:
     """One side of lm-eval's exact_match (exact_match_hf_evaluate), as it transforms both."""
     for pattern in scorer.regexes_to_ignore:
-        text = compiled_regex(pattern).sub("", text)
+        text = remove_matches(pattern, text)
     if scorer.ignore_case:
         text = text.lower()
     if scorer.ignore_punctuation:

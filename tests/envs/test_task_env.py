@@ -310,3 +310,17 @@ def test_code_tests_run_in_the_sandbox(tmp_path: Path, row: int, completion: str
     score = asyncio.run(env.ascore(CODE_ROWS[row], completion))
     assert (score.success, score.info["passed"], score.info["outcomes"]["passed"]) == (passed, passed, outcome)
     assert score.parsed_answer is not None and score.parsed_answer.startswith(("def", "abs"))
+
+
+def test_a_regex_that_backtracks_forever_fails_the_rollout_not_the_run() -> None:
+    """A task's own regex runs under a time limit: catastrophic backtracking on a completion is an error of that
+    call (a rollout's environment error, tasks.collection.env_calls), in seconds, never a hung event loop."""
+    import time
+
+    from envs.task_extract import REGEX_TIMEOUT_S, regex_find
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"regex '\(a\|aa\)\+\$' ran over 2 s on a 61-character text"):
+        regex_find("(a|aa)+$", 1, "first", "a" * 60 + "!")
+    assert time.monotonic() - started < REGEX_TIMEOUT_S + 2
+    assert regex_find(r"#### (\-?[0-9\.\,]+)", 1, "first", "so #### 1,234.") == "1,234."
