@@ -23,6 +23,7 @@ from core.ports import free_port
 from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime.venv import ensure_runtime
 from tasks.serving.server import Endpoint, VLLMServer
+from tests.faultproxy import FaultProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,6 +178,14 @@ def vllm_server(
 @pytest.fixture(scope="session")
 def endpoint(vllm_server: VLLMServer | AttachedServer) -> Endpoint:
     return Endpoint(vllm_server.base_url, vllm_server.model.served_name)
+
+
+@pytest.fixture
+def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
+    """The fault-injecting proxy in front of the shared server (it counts what it forwards)."""
+    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
+    yield proxy
+    proxy.stop()
 
 
 @contextlib.contextmanager

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,13 +52,6 @@ def walk_through() -> list[str]:
     assert block, f"no ```bash block under {WALK_THROUGH!r}"
     lines = [" ".join(shlex.split(line, comments=True)) for line in block.group(1).splitlines()]
     return [line for line in lines if line]
-
-
-@pytest.fixture
-def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
-    yield proxy
-    proxy.stop()
 
 
 class WalkThrough:

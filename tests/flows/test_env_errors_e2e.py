@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,13 +38,6 @@ class Moody(GSM8KEnv):
             return {"reward": 1.0}
         return super().score(row, completion)
 """
-
-
-@pytest.fixture
-def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
-    yield proxy
-    proxy.stop()
 
 
 def test_a_failing_scorer_is_an_environment_error_and_its_batches_are_not_cached(

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -35,13 +34,6 @@ pytestmark = pytest.mark.e2e
 
 ROLLOUTS = 8  # one batch: 4 prompts x 2 repeats, one request at a time, ~2 s each: over 4 intervals
 INTERVAL = 2.0  # collection.progress_interval_s: progress lines and snapshots
-
-
-@pytest.fixture
-def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
-    yield proxy
-    proxy.stop()
 
 
 def slow_config(store: Path, base_url: str, model: str) -> dict:

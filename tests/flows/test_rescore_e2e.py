@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -39,13 +38,6 @@ class MyGSM(GSM8KEnv):
         base = super().score(row, completion)
         return Score(base.reward, base.success, base.parsed_answer, {**base.info, "rule": "SCORING"})
 '''
-
-
-@pytest.fixture
-def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
-    yield proxy
-    proxy.stop()
 
 
 def run(data: dict) -> RunRecord:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -27,14 +26,6 @@ from tests.conftest import FAST_START, REPO_ROOT, group_alive
 from tests.faultproxy import FaultProxy, Faults
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def proxy(endpoint: Endpoint) -> Iterator[FaultProxy]:
-    upstream = endpoint.base_url.removesuffix("/v1")
-    proxy = FaultProxy(upstream).start()
-    yield proxy
-    proxy.stop()
 
 
 def config_data(store: Path, base_url: str, model: str, **overrides: object) -> dict:
