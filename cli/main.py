@@ -11,7 +11,7 @@ from cli.rescore import rescore
 from cli.run import run
 from cli.runtime import runtime
 from cli.sweep import sweep
-from cli.watch import watch
+from cli.watch import notify, watch
 
 app = typer.Typer(
     cls=EvalflowGroup,  # an EvalflowError from any command: one line naming its kind, exit status 2 (1: run, ops)
@@ -25,6 +25,7 @@ app = typer.Typer(
 app.command()(run)
 app.command()(sweep)
 app.command()(watch)
+app.command()(notify)
 app.command()(prepare)
 app.command()(rescore)
 app.add_typer(reports.app, name="reports")

@@ -7,6 +7,11 @@ index with the training run's id, the step and the same `config_key`) and those 
 run of `eval` (its own model conversion cache entry, server and report). A step is held under a lock while it is
 evaluated, so two watchers never evaluate it at once; a watcher killed mid-way leaves the finished steps in the
 index, and the next poll goes on from there. After each step the training-curve report is written again.
+
+Given `step_path` (a deployment trigger passes it from an `evalflow.checkpoint.saved` event: `evalflow notify`),
+the poll looks at that one step only, with no settle time (its writer said the save is finished); the
+content rule still applies. `watch_deployment` is the same flow under the name `eval`, so the deployment reads
+`eval/watch` beside the other evals.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from core.secrets import redact
 from core.store import Store
 from core.training_steps import config_key, parse_steps
 from flows.eval import eval_flow
-from tasks.checkpoints.training_run import Step, list_steps, select_steps, training_run_id
+from tasks.checkpoints.errors import CheckpointError
+from tasks.checkpoints.training_run import Step, list_steps, same_source, select_steps, training_run_id
 from tasks.collection.lease import lock_manager
 from tasks.reporting.format import browser_url
 from tasks.reporting.index import read_entries
@@ -59,6 +65,7 @@ class WatchResult(BaseModel):
     source: str
     listed: int
     ready: int
+    step_path: str | None = None  # the one step this poll was asked about (an event), if any
     steps: list[WatchedStep] = Field(default_factory=list)
     not_ready: dict[int, str] = Field(default_factory=dict)  # step -> why (a save in progress, say)
     curve: dict[str, str] = Field(default_factory=dict)
@@ -121,24 +128,28 @@ def step_config(config: EvalConfig, step: Step, run: str) -> EvalConfig:
 
 
 @flow(name="watch", log_prints=True)
-async def watch_flow(config: EvalConfig) -> WatchResult:
-    """One poll of a training run: evaluate each selected ready step that this config has not evaluated yet."""
+async def watch_flow(config: EvalConfig, step_path: str | None = None) -> WatchResult:
+    """One poll of a training run: evaluate each selected ready step that this config has not evaluated yet
+    (only `step_path`, if given: the step an `evalflow notify` event names)."""
     logger = get_logger()
     resolved = resolve(config)  # blocks applied, as each step's run applies them
     store, source = resolved.store, config.model.source
     run = config.model.training_run or training_run_id(source)
     key = watch_key(resolved.config)
     model_store = Store(source, config.model.storage_options) if "://" in source else None
-    steps = list_steps(source, model_store, settle_s=config.model.settle_s)
+    steps = list_steps(source, model_store, settle_s=0.0 if step_path else config.model.settle_s)
+    if step_path:
+        steps = _notified(steps, step_path, source)
     result = WatchResult(
-        training_run=run, source=source, listed=len(steps), ready=sum(s.ready for s in steps),
+        training_run=run, source=source, listed=len(steps), ready=sum(s.ready for s in steps), step_path=step_path,
         not_ready={s.step: s.reason for s in steps if not s.ready},
     )  # fmt: skip
     todo, left = plan_poll(steps, config, run, key, read_entries(store), _attempts(store, run))
     result.steps.extend(left)
     logger.info(
-        "training run %s (%s): %d steps listed, %d ready, %d to evaluate now%s", run, source, result.listed,
-        result.ready, len(todo), "".join(f"; step {n} not ready: {why}" for n, why in result.not_ready.items()),
+        "training run %s (%s): %d steps listed, %d ready, %d to evaluate now%s", run, step_path or source,
+        result.listed, result.ready, len(todo),
+        "".join(f"; step {n} not ready: {why}" for n, why in result.not_ready.items()),
     )  # fmt: skip
     locks = lock_manager(store)
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -157,6 +168,23 @@ async def watch_flow(config: EvalConfig) -> WatchResult:
         result.curve = write_curve_report(store, run)
     _publish(result, store)
     return result
+
+
+# The deployment's flow: the same poll under the name `eval`, so that it is `eval/watch` beside eval/smoke and
+# eval/nightly-baseline (Prefect names a deployment after its flow). `evalflow watch` runs show as `watch`.
+watch_deployment = watch_flow.with_options(name="eval")
+
+
+def _notified(steps: list[Step], step_path: str, source: str) -> list[Step]:
+    """The one listed step that `step_path` names (any spelling of it); one line if it is none of them."""
+    found = [s for s in steps if same_source(s.source, step_path)]
+    if not found:
+        listed = ", ".join(s.source for s in steps[-3:]) or "none"
+        raise CheckpointError(
+            f"{step_path} is not a step of the training run {source} (its last steps: {listed}); "
+            "check the path `evalflow notify` was given, or the deployment's model.source"
+        )
+    return found
 
 
 def _publish(result: WatchResult, store: Store) -> None:
@@ -181,11 +209,19 @@ async def _evaluate(config: EvalConfig, step: Step, run: str, key: str, store: S
     try:
         record = await eval_flow(step_config(config, step, run))
     except Exception as exc:  # its run failed (a checkpoint deleted meanwhile, a conversion): one line, go on
-        message = " ".join(str(exc).split())[:500] or type(exc).__name__
-        attempts = _attempts(store, run)
-        attempts[f"{key}:{step.step}"] = attempts.get(f"{key}:{step.step}", 0) + 1
-        store.write_text(_attempts_url(store, run), json.dumps(attempts, indent=1, sort_keys=True))
-        logger.warning("step %d failed (attempt %d): %s", step.step, attempts[f"{key}:{step.step}"], message)
-        return WatchedStep(step=step.step, source=step.source, state="failed", message=message)
-    logger.info("step %d: run %s %s", step.step, record.run_info.run_id, record.run_info.status.state)
+        return _failed(store, run, key, step, " ".join(str(exc).split())[:500] or type(exc).__name__)
+    status = record.run_info.status
+    if status.state != "complete":  # incomplete or failed: not a result, and an attempt used
+        message = f"run {record.run_info.run_id} {status.state}: {status.reason or 'see its report'}"
+        return _failed(store, run, key, step, message)
+    logger.info("step %d: run %s complete", step.step, record.run_info.run_id)
     return WatchedStep(step=step.step, source=step.source, state="evaluated", run_id=record.run_info.run_id)
+
+
+def _failed(store: Store, run: str, key: str, step: Step, message: str) -> WatchedStep:
+    """Count a failed run against its step (model.step_attempts) and say so in one line."""
+    attempts = _attempts(store, run)
+    attempts[f"{key}:{step.step}"] = attempts.get(f"{key}:{step.step}", 0) + 1
+    store.write_text(_attempts_url(store, run), json.dumps(attempts, indent=1, sort_keys=True))
+    get_logger().warning("step %d failed (attempt %d): %s", step.step, attempts[f"{key}:{step.step}"], message)
+    return WatchedStep(step=step.step, source=step.source, state="failed", message=message)

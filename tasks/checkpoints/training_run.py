@@ -357,3 +357,8 @@ def training_run_id(source: str) -> str:
     name = readable(parts[-1]) if parts and parts[-1].lower() not in RUN_GENERIC else "run"
     digest = hashlib.sha256(normal.encode("utf-8")).hexdigest()[:8]
     return f"{name[:50]}-{digest}"
+
+
+def same_source(a: str, b: str) -> bool:
+    """Whether two spellings name the same checkpoint (`./run/step_1/`, its absolute path, `file://...`)."""
+    return _normalised(a) == _normalised(b)

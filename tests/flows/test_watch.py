@@ -110,3 +110,75 @@ def test_a_poll_with_nothing_ready_writes_the_curve_page_and_its_artifacts(prefe
         own = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
         keys = {a.key for a in client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=own))}
     assert keys == {f"training-curve-{result.training_run}", f"training-curve-{result.training_run}-html"}
+
+
+def dcp_step(run: Path, step: int) -> Path:
+    weights = run / f"step_{step}" / "policy" / "weights"
+    weights.mkdir(parents=True)
+    (weights / "__0_0.distcp").write_bytes(b"x")
+    (weights / ".metadata").write_bytes(b"m")
+    return run / f"step_{step}"
+
+
+def test_a_step_deleted_during_its_evaluation_fails_in_one_line_and_the_watcher_goes_on(
+    prefect_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoint rotation: step 10 is listed, then deleted before its run reads it. Its run fails in one line
+    (counted against the step), and the poll goes on with step 20 (whose run fails too here: a DCP step
+    that names no model config), and ends normally."""
+    import asyncio
+    import shutil
+
+    import flows.watch as watch
+    from flows.watch import watch_flow
+
+    run = tmp_path / "grpo"
+    dcp_step(run, 10), dcp_step(run, 20)
+    listed = watch.list_steps
+
+    def rotated(*args: object, **kwargs: object) -> list[Step]:
+        found = listed(*args, **kwargs)  # type: ignore[arg-type]
+        shutil.rmtree(run / "step_10")
+        return found
+
+    monkeypatch.setattr(watch, "list_steps", rotated)
+    cfg = config(tmp_path, source=str(run), settle_s=0)
+    result = asyncio.run(watch_flow(cfg))
+    ten, twenty = result.steps
+    assert (ten.step, ten.state, twenty.step, twenty.state) == (10, "failed", 20, "failed")
+    assert str(run / "step_10") in ten.message and "\n" not in ten.message
+    assert "architecture config is unknown" in twenty.message
+    attempts = json.loads((tmp_path / "store" / "training" / result.training_run / "attempts.json").read_text())
+    assert attempts == {f"{watch_key(resolve(cfg).config)}:10": 1, f"{watch_key(resolve(cfg).config)}:20": 1}
+
+
+def test_a_notified_step_is_the_only_one_looked_at_a_stranger_refused(prefect_home: Path, tmp_path: Path) -> None:
+    import asyncio
+
+    from flows.watch import watch_flow
+    from tasks.checkpoints.errors import CheckpointError
+
+    run = tmp_path / "grpo"
+    dcp_step(run, 10)
+    weights = run / "step_20" / "policy" / "weights"
+    weights.mkdir(parents=True)
+    (weights / "__0_0.distcp").write_bytes(b"x")  # being saved
+    cfg = config(tmp_path, source=str(run), settle_s=3600)  # a poll would wait an hour; an event does not
+    store = tmp_path / "store"
+    from core.store import Store
+    from tasks.checkpoints.training_run import training_run_id
+
+    key = watch_key(resolve(cfg).config)
+    entry_done = IndexEntry(run_id="r10", training_run=training_run_id(str(run)), step=10, config_key=key,
+                            status="complete")  # fmt: skip
+    from tasks.reporting.index import update_index
+
+    update_index(Store(str(store)), entry_done)
+    result = asyncio.run(watch_flow(cfg, step_path=f"{run}/step_10/"))
+    assert (result.listed, result.step_path, [(s.step, s.state) for s in result.steps]) == (
+        1, f"{run}/step_10/", [(10, "done")]
+    )  # fmt: skip
+    half = asyncio.run(watch_flow(cfg, step_path=str(run / "step_20")))
+    assert half.steps == [] and "no .metadata yet" in half.not_ready[20]
+    with pytest.raises(CheckpointError, match="is not a step of the training run"):
+        asyncio.run(watch_flow(cfg, step_path=str(tmp_path / "elsewhere" / "step_10")))
