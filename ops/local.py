@@ -29,7 +29,8 @@ from core.config import REPO_ROOT
 from core.prefect_env import PREFECT_ENV
 from errors import EvalflowError
 
-HOME = REPO_ROOT / ".prefect"
+# the local server's database, the workers' logs and pid files (EVALFLOW_PREFECT_HOME moves them)
+HOME = Path(os.environ.get("EVALFLOW_PREFECT_HOME") or REPO_ROOT / ".prefect").resolve()
 PORT = int(os.environ.get("EVALFLOW_PREFECT_PORT", "4200"))
 POOLS = ("evalflow-cpu", "evalflow-gpu")
 DEFAULT_API = f"http://127.0.0.1:{PORT}/api"

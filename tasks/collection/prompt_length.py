@@ -4,8 +4,9 @@
 
 A prompt over the limit fails the run in one line naming its file:line and token count, or, with
 `benchmarks.N.on_long_prompt: skip`, is left out and counted (the report says how many). Counts are
-cached by the tokenizer's content and the requests, so a rerun pays nothing; the count runs in the vLLM
-runtime (transformers), a few seconds per new set of prompts.
+cached by the tokenizer's content (every file of the served folder but the weights) and the requests, so a
+rerun pays nothing, nor does the next checkpoint of a training run (new weights, the same tokenizer); the
+count runs in the vLLM runtime (transformers), a few seconds per new set of prompts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from core.logs import get_logger
 from core.record import LongPrompts
 from envs.base import DatasetError, MultiTurnEnv, SingleTurnEnv, canonical_json
 from tasks.checkpoints.decide import cache_root_of
+from tasks.checkpoints.layout import WEIGHT_SUFFIXES
 from tasks.checkpoints.results import PromptRequest, PromptTokenCounts
 from tasks.checkpoints.runner import run_script
 from tasks.collection.plan import Benchmark
@@ -42,11 +44,27 @@ def first_request(benchmark: Benchmark, row: dict[str, Any]) -> PromptRequest:
     return request
 
 
+def tokenizer_digest(folder: str) -> str:
+    """The content of what the count reads: every top-level file of the served folder but the weights
+    (tokenizer files, chat template, config.json), by name and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).iterdir()):
+        if path.is_file() and not path.name.endswith(WEIGHT_SUFFIXES) and not path.name.startswith("."):
+            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def count_tokens(
     requests: list[PromptRequest], folder: str, fingerprint: str, template: str | None, config: EvalConfig
 ) -> list[int]:
-    """Prompt tokens per request, from the cache or the runtime's tokenizer."""
-    digest = hashlib.sha256(canonical_json([fingerprint, template, requests]).encode()).hexdigest()[:24]
+    """Prompt tokens per request, from the cache or the runtime's tokenizer. The cache key is the folder's
+    tokenizer content (tokenizer_digest), or the model's fingerprint where the folder cannot be read."""
+    try:
+        tokenizer = tokenizer_digest(folder)
+    except OSError:
+        tokenizer = fingerprint
+    digest = hashlib.sha256(canonical_json([tokenizer, template, requests]).encode()).hexdigest()[:24]
     cached = cache_root_of(config.model) / ".prompt-tokens" / f"{digest}.json"  # a dot-folder: not an entry
     if cached.is_file():
         return json.loads(cached.read_text())["counts"]

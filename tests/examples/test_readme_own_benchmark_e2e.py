@@ -41,15 +41,16 @@ EXPECTED_RUNS = {"examples/configs/science_mc.yaml", "examples/configs/shop.yaml
 RESCORED_CONFIG = "examples/configs/science_mc.yaml"  # RUN_ID in `evalflow rescore RUN_ID`: this config's run
 
 
-def walk_through() -> list[str]:
-    """The command lines of the README's walk-through block (comments and blank lines dropped, `#` comments cut)."""
+def walk_through(heading: str = SECTION, sub: str = WALK_THROUGH) -> list[str]:
+    """The command lines of the first ```bash block under `sub` in the README's `heading` section (comments and
+    blank lines dropped, `#` comments cut)."""
     text = README.read_text()
-    assert SECTION + "\n" in text, f"README.md has no {SECTION!r} section"
-    section = text.split(SECTION + "\n", 1)[1].split("\n## ", 1)[0]
-    assert WALK_THROUGH + "\n" in section, f"{SECTION!r} has no {WALK_THROUGH!r}"
-    after = section.split(WALK_THROUGH + "\n", 1)[1]
+    assert heading + "\n" in text, f"README.md has no {heading!r} section"
+    section = text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+    assert sub + "\n" in section, f"{heading!r} has no {sub!r}"
+    after = section.split(sub + "\n", 1)[1]
     block = re.search(r"^```bash\n(.*?)^```", after, flags=re.MULTILINE | re.DOTALL)
-    assert block, f"no ```bash block under {WALK_THROUGH!r}"
+    assert block, f"no ```bash block under {sub!r}"
     lines = [" ".join(shlex.split(line, comments=True)) for line in block.group(1).splitlines()]
     return [line for line in lines if line]
 

@@ -56,6 +56,19 @@ def test_counts_are_the_tokenizers_and_are_cached(
     assert counts[0] == counts[1]  # "What is 1 + 1?" and "What is 2 + 2?": the same number of tokens
     monkeypatch.setattr(prompt_length, "run_script", None)  # a second count would fail: it is read from the cache
     assert count_tokens(requests, smollm2.path, smollm2.fingerprint, None, cfg) == counts
+    # the next checkpoint of a training run: other weights, the same tokenizer: still cached
+    step = tmp_path / "step"
+    step.mkdir()
+    for item in Path(smollm2.path).iterdir():
+        if item.name.endswith(".safetensors"):
+            (step / item.name).write_bytes(b"other weights")
+        else:
+            (step / item.name).symlink_to(item)
+    assert count_tokens(requests, str(step), "another-fingerprint", None, cfg) == counts
+    (step / "tokenizer_config.json").unlink()  # another tokenizer (its config, its chat template): counted again
+    (step / "tokenizer_config.json").write_text(Path(smollm2.path, "tokenizer_config.json").read_text() + " ")
+    with pytest.raises(TypeError):  # run_script is None: a count was attempted
+        count_tokens(requests, str(step), "another-fingerprint", None, cfg)
 
 
 def test_a_long_prompt_fails_the_plan_naming_file_line_and_tokens(smollm2: PreparedModel, tmp_path: Path) -> None:
