@@ -1,9 +1,10 @@
 """Write an HF folder as a NeMo RL-style DCP checkpoint: round-trip checks, tests and benchmarks.
 
 Runs inside the vLLM runtime: `python hf_to_dcp.py HF_DIR STEP_DIR [--layout nemo-rl|flat]
-[--model-name NAME] [--files N] [--noise-seed S] [--no-crc]`. Weights are saved in fp32, as RL runs save
-them, with `torch.distributed.checkpoint.save` in one process (no process group) and the tied
-`lm_head.weight` present, as NeMo RL writes it.
+[--model-name NAME] [--files N] [--noise-seed S] [--no-crc] [--dtype float32|bfloat16]`. Weights are saved
+in fp32 by default, as RL runs save them (bf16 with --dtype, as a bf16 trainer's are), with
+`torch.distributed.checkpoint.save` in one process (no process group) and the tied `lm_head.weight` present,
+as NeMo RL writes it.
   nemo-rl: STEP_DIR/policy/weights/ with keys wrapped under `model.`
   flat:    STEP_DIR/policy/weights/model/ with the HF names
 Both get STEP_DIR/config.yaml (policy.model_name = NAME, default HF_DIR) and STEP_DIR/policy/tokenizer/
@@ -45,14 +46,15 @@ def export(args: argparse.Namespace) -> DcpExport:
         raise Failure(f"{hf_dir} holds no safetensors files")
     state: dict[str, Any] = {}  # name -> torch tensor
     for file in files:
-        state.update({k: v.float() for k, v in load_file(str(file)).items()})
+        state.update({k: v.to(getattr(torch, args.dtype)) for k, v in load_file(str(file)).items()})
     config = json.loads((hf_dir / "config.json").read_text())
     if config.get("tie_word_embeddings") and "lm_head.weight" not in state:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     if args.noise_seed is not None:
         generator = torch.Generator().manual_seed(args.noise_seed)
         norm = state["model.norm.weight"]
-        state["model.norm.weight"] = norm + 1e-2 * torch.randn(norm.shape, generator=generator)
+        noise = 1e-2 * torch.randn(norm.shape, generator=generator)
+        state["model.norm.weight"] = (norm.float() + noise).to(norm.dtype)
     if args.layout == "nemo-rl":
         weights = step / "policy" / "weights"
         state = {f"model.{k}": v for k, v in state.items()}
@@ -93,6 +95,7 @@ def main(argv: list[str]) -> DcpExport:
     parser.add_argument("--files", type=int, default=1, help="shard files (DCP writer threads)")
     parser.add_argument("--noise-seed", type=int)
     parser.add_argument("--no-crc", action="store_true", help="save without zip CRC-32s")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     return export(parser.parse_args(argv))
 
 

@@ -34,7 +34,7 @@ def runtime() -> Runtime:
 
 def build_dcp(
     runtime: Runtime, hf_dir: str, step: Path, layout: str, model_name: str | None = None, files: int = 1,
-    noise_seed: int | None = None, crc: bool = True,
+    noise_seed: int | None = None, crc: bool = True, dtype: str = "float32",
 ) -> DcpExport:  # fmt: skip
     """Write `hf_dir` as a DCP checkpoint at `step` (a step_N folder) with the runtime's torch."""
     args = [hf_dir, str(step), "--layout", layout, "--files", str(files)]
@@ -44,6 +44,8 @@ def build_dcp(
         args += ["--noise-seed", str(noise_seed)]
     if not crc:
         args.append("--no-crc")
+    if dtype != "float32":
+        args += ["--dtype", dtype]
     return run_script(runtime, "hf_to_dcp.py", args, f"writing a DCP checkpoint to {step}", DcpExport)
 
 

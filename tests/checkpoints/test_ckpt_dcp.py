@@ -231,3 +231,15 @@ def test_the_prefect_task_is_cached_by_content(prefect_home: Path, base_model: P
     assert second.result() == first.result()
     forced = prepare_twice(ModelConfig(source=base_model.path, cache_dir=str(tmp_path / "cache"), force=True))
     assert [state.name for state in forced] == ["Completed", "Completed"]  # force: never from the cache
+
+
+def test_a_bf16_save_converts_to_exactly_the_original_folder(
+    base_model: PreparedModel, runtime: Runtime, tmp_path: Path
+) -> None:
+    """A bf16 trainer's DCP (the e2e training run's steps are such): no cast, the same bytes as the original."""
+    step = tmp_path / "run-bf16" / "step_1"
+    build_dcp(runtime, base_model.path, step, "nemo-rl", dtype="bfloat16")
+    model = prepare_model_impl(ModelConfig(source=str(step), cache_dir=str(tmp_path / "cache")))
+    assert model.fingerprint == base_model.fingerprint
+    marker = json.loads((Path(model.path) / MARKER).read_text())
+    assert (marker["converter"]["source_dtypes"], marker["converter"]["safetensors_dtypes"]) == (["bfloat16"], ["BF16"])

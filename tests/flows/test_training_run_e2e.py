@@ -2,8 +2,8 @@
 walk-through run line by line (test scale), on the lane's real Prefect server, its deployed project and
 workers, a moto S3 server, and managed vLLM CPU servers of each step's converted weights.
 
-The trainer: three DCP steps of the default model (SmolLM2-135M-Instruct) each with a small change to one
-tensor (hf_to_dcp.py's --noise-seed), uploaded one at a time as torch writes them (shards, then `.metadata`
+The trainer: three DCP steps (bf16) of the default model (SmolLM2-135M-Instruct) each with a small change to
+one tensor (hf_to_dcp.py's --noise-seed), uploaded one at a time as torch writes them (shards, then `.metadata`
 last), with step 200 left half written for a while. The watcher:
 - `evalflow watch` (polling every 2 s) evaluates step 100, reports step 200 as not ready while it is half
   written, starts step 200 once it is complete, and is SIGKILLed (its process group) during step 200;
@@ -66,7 +66,9 @@ class Trainer:
         self.s3.create_bucket(Bucket=BUCKET)
 
     def build(self, runtime: Runtime, hf_dir: str, step: int) -> None:
-        build_dcp(runtime, hf_dir, self.staging / f"step_{step}", "nemo-rl", model_name=hf_dir, noise_seed=step)
+        # a bf16 trainer's save: half the bytes of fp32 to upload, download and convert
+        step_dir = self.staging / f"step_{step}"
+        build_dcp(runtime, hf_dir, step_dir, "nemo-rl", model_name=hf_dir, noise_seed=step, dtype="bfloat16")
 
     def upload(self, step: int, metadata: bool = True, shards: bool = True) -> None:
         root = self.staging / f"step_{step}"
