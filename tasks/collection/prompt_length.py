@@ -24,6 +24,7 @@ from core.logs import get_logger
 from core.record import LongPrompts
 from envs.base import DatasetError, MultiTurnEnv, SingleTurnEnv, canonical_json
 from tasks.checkpoints.decide import cache_root_of
+from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.layout import WEIGHT_SUFFIXES
 from tasks.checkpoints.results import PromptRequest, PromptTokenCounts
 from tasks.checkpoints.runner import run_script
@@ -45,11 +46,12 @@ def first_request(benchmark: Benchmark, row: dict[str, Any]) -> PromptRequest:
 
 
 def tokenizer_digest(folder: str) -> str:
-    """The content of what the count reads: every top-level file of the served folder but the weights
-    (tokenizer files, chat template, config.json), by name and bytes."""
+    """The content of what the count reads: every top-level file of the served folder but the weights and
+    evalflow's own marker (tokenizer files, chat template, config.json), by name and bytes."""
     digest = hashlib.sha256()
     for path in sorted(Path(folder).iterdir()):
-        if path.is_file() and not path.name.endswith(WEIGHT_SUFFIXES) and not path.name.startswith("."):
+        skipped = path.name.endswith(WEIGHT_SUFFIXES) or path.name.startswith(".") or path.name == MARKER
+        if path.is_file() and not skipped:
             digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()

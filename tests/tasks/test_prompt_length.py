@@ -16,6 +16,7 @@ from cli.main import app
 from core.config import EvalConfig
 from core.store import Store
 from envs.base import DatasetError
+from tasks.checkpoints.hashing import MARKER
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.collection import prompt_length
 from tasks.collection.plan import load_benchmarks
@@ -60,8 +61,8 @@ def test_counts_are_the_tokenizers_and_are_cached(
     step = tmp_path / "step"
     step.mkdir()
     for item in Path(smollm2.path).iterdir():
-        if item.name.endswith(".safetensors"):
-            (step / item.name).write_bytes(b"other weights")
+        if item.name.endswith(".safetensors") or item.name == MARKER:  # the weights, and the conversion's record
+            (step / item.name).write_bytes(b"another step's")
         else:
             (step / item.name).symlink_to(item)
     assert count_tokens(requests, str(step), "another-fingerprint", None, cfg) == counts
