@@ -139,12 +139,18 @@ def main() -> None:
             listing = timed(lambda run=run: list_steps(str(run), settle_s=0), args.repeats)
             listed = list_steps(str(run), settle_s=0)
 
-            def plan(store: Store = store, listed: list = listed, config: EvalConfig = config) -> None:
-                todo, left = plan_poll(listed, config, training, key, read_entries(store), {})
+            def plan(
+                store: Store = store,
+                listed: list = listed,
+                config: EvalConfig = config,
+                run: str = training,
+                key: str = key,
+            ) -> None:
+                todo, left = plan_poll(listed, config, run, key, read_entries(store), {})
                 assert not todo and len(left) == len(listed)
 
             planning = timed(plan, args.repeats)
-            curve = timed(lambda store=store: write_curve_report(store, training), args.repeats)
+            curve = timed(lambda store=store, run=training: write_curve_report(store, run), args.repeats)
             poll = timed(lambda config=config: asyncio.run(watch_flow(config)), args.repeats)
             rows.append((steps, listing, planning, curve, poll))
         s3_seconds, s3_requests = s3_listing(make_run(root / "s3", sizes[-1]), sizes[-1])
