@@ -24,7 +24,7 @@ class StepsSpec:
 
 
 def _bad_steps(value: object) -> ValueError:
-    return ValueError(f"model.steps: {value!r} is not valid; use {STEPS_FORMS}")
+    return ValueError(f"{value!r} is not valid; use {STEPS_FORMS}")  # the field is named by whoever reports it
 
 
 def _step_numbers(items: list[Any], value: object) -> tuple[int, ...]:

@@ -253,9 +253,21 @@ def test_latest_of_a_run_with_nothing_ready_is_nothing() -> None:
     "value", [-1, [10, -5], "every:0", "every:-3", "every:x", "every:", "sometimes", "", True, [], "1,-2", 1.5, [1.0]]
 )
 def test_bad_steps_specs_fail_naming_the_field(value: Any) -> None:
-    with pytest.raises(ValueError, match=r"^model\.steps: .* is not valid; use 'all', 'latest', 'every:K'") as caught:
+    with pytest.raises(ValueError, match=r" is not valid; use 'all', 'latest', 'every:K'") as caught:
         parse_steps(value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["every:0", "sometimes", [10, -5]])
+def test_a_bad_steps_value_in_a_config_names_the_field_once(value: Any) -> None:
+    from core.config import EvalConfig
+    from core.overrides import validated
+    from errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        validated(EvalConfig, {"model": {"source": "/runs/grpo", "steps": value}, "benchmarks": [{"name": "gsm8k"}]})
+    message = str(caught.value)
+    assert message.startswith("model.steps: ") and message.count("model.steps") == 1, message
 
 
 # --- the run's id -----------------------------------------------------------------------------------------
