@@ -10,6 +10,7 @@ as prefect.yaml's deployments): a worker on another node needs the repo at the s
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -35,8 +36,6 @@ class Deployed:
 
 
 def _needs_server() -> None:
-    import os
-
     if not os.environ.get("PREFECT_API_URL"):
         raise OpsError(
             "no Prefect server: set PREFECT_API_URL to the server the workers use "
@@ -65,17 +64,27 @@ def deploy_watch(config: EvalConfig, name: str, pool: str, interval_s: float) ->
 
     _needs_server()
     run = config.model.training_run or training_run_id(config.model.source)
+    params = deployment_parameters(config)
     trigger = DeploymentEventTrigger(
         name=f"{run}: checkpoint saved",
         expect={EVENT},
         match={RUN_LABEL: run},
-        parameters={"config": deployment_parameters(config), "step_path": f"{{{{ event.resource['{PATH_LABEL}'] }}}}"},
+        parameters={"config": params, "step_path": f"{{{{ event.resource['{PATH_LABEL}'] }}}}"},
     )
     if pool in POOLS:
         pools()  # evalflow's own pools are created as `make deploy` creates them; another must exist
     source = watch_deployment.from_source(source=str(REPO_ROOT), entrypoint=ENTRYPOINT)
     try:
-        deployment_id = _deploy(source, name, pool, interval_s, config, trigger, run)
+        deployment_id = source.deploy(
+            name=name,
+            work_pool_name=pool,
+            interval=timedelta(seconds=interval_s),
+            parameters={"config": params},
+            triggers=[trigger],
+            description=f"Each ready checkpoint of {config.model.source} evaluated once (training run {run}).",
+            tags=["evalflow", "training-run"],
+            print_next_steps=False,
+        )
     except ValueError as exc:
         if "work pool" not in str(exc):
             raise
@@ -83,31 +92,12 @@ def deploy_watch(config: EvalConfig, name: str, pool: str, interval_s: float) ->
     return Deployed(f"eval/{name}", ui_url(f"/deployments/deployment/{deployment_id}"), run)
 
 
-def _deploy(source: Any, name: str, pool: str, interval_s: float, config: EvalConfig, trigger: Any, run: str) -> Any:
-    return source.deploy(
-        name=name,
-        work_pool_name=pool,
-        interval=timedelta(seconds=interval_s),
-        parameters={"config": deployment_parameters(config)},
-        triggers=[trigger],
-        description=f"Each ready checkpoint of {config.model.source} evaluated once (training run {run}).",
-        tags=["evalflow", "training-run"],
-        print_next_steps=False,
-    )
-
-
-def saved_step(step_path: str, run_source: str | None = None, settle_s: float = 0.0) -> tuple[Step, str]:
+def saved_step(step_path: str, run_source: str | None = None) -> tuple[Step, str]:
     """The step `step_path` names, complete (a checkpoint half written is refused here, before any event), and
-    the training run's folder: `run_source` (the watcher's model.source, a pattern too) or the step's parent."""
-    from tasks.checkpoints import remote
-
+    the training run's folder: `run_source` (the watcher's model.source, a pattern too) or the step's parent.
+    A URL is opened with the environment's credentials (AWS_*), as the trainer that wrote it has them."""
     folder = run_source or step_path.rstrip("/").rsplit("/", 1)[0]
-    store = None
-    if remote.is_url(folder):
-        from core.store import Store
-
-        store = Store(folder)
-    steps = list_steps(folder, store, settle_s=settle_s)
+    steps = list_steps(folder, settle_s=0.0)  # its writer says the save is finished: no settle time
     found = [s for s in steps if same_source(s.source, step_path)]
     if not found:
         raise CheckpointError(f"{step_path} is not a step folder of {folder} (give the training run with --run)")
