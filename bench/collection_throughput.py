@@ -1,30 +1,80 @@
-"""Collection throughput: evalflow's collection vs. a raw asyncio openai client, same server, same
-prompts, same per-rollout seeds, measured alternately in one run.
+"""Collection throughput: evalflow's collection vs. a raw asyncio openai client (and, with --peers,
+lm-evaluation-harness and Inspect AI), same server, same chat requests, same per-rollout seeds, one
+client at a time, measured alternately in one run.
 
     uv run python -m bench.collection_throughput                 # starts its own vLLM (default mode)
+    uv run python -m bench.collection_throughput --peers         # + lm-eval and Inspect AI rows
     uv run python -m bench.collection_throughput --base-url URL --model NAME   # an external server
 
-First the raw client at each --concurrency, to find its best; then --pairs pairs of (raw client at that
-best, evalflow at its defaults) back to back, the order flipping each pair. Prints one row per run and
-evalflow's tokens/s as a ratio to the raw client in its own pair, with the median over pairs.
+First the raw client at each --concurrency, to find its best; then --pairs rounds in which every client
+(evalflow at its defaults, then each peer) runs right beside a run of the raw client at that best, the
+order flipping each round. A client's ratio is its tokens/s over that of the raw run beside it; the table
+gives the ratios per round and their median.
+
+Tokens are the server's own count (`vllm:generation_tokens_total` on /metrics, so every client is
+counted alike; the usage fields where a server has no /metrics), over each client's generation phase:
+the raw client's gather, evalflow's collect stage, lm-eval's `generate_until`, Inspect's first request to
+last answer. Client CPU is the client process's CPU time (every thread) over the same phase, per 1,000
+rollouts: evalflow's is its collect stage's (run_info.cpu_timings).
+Peers run from throwaway environments (bench/peers/envs.py) at the versions their rows name.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import logging
+import re
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
 import openai
+from prefect.logging.handlers import PrefectConsoleHandler
 
 from bench.common import add_server_args, server_from
+from bench.peers.envs import PEERS, run_peer
 from core.config import EvalConfig
 from envs.datasets import load_rows
 from envs.registry import get_env
 from flows.eval import eval_flow
 from tasks.collection.plan import rollout_seed
+
+COUNTER = re.compile(r"^vllm:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+]+)\s*$", re.MULTILINE)
+
+
+@dataclass
+class Measured:
+    seconds: float  # the client's generation phase
+    tokens: int  # generated in it (the server's count where it has one)
+    completions: int
+    cpu_s: float  # the client process's CPU time over the phase
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds
+
+
+class Counter:
+    """The server's generated-token counter (None when the server has no /metrics)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+    def read(self) -> float | None:
+        try:
+            found = COUNTER.findall(httpx.get(self.url, timeout=10).text)
+        except httpx.HTTPError:
+            return None
+        return sum(float(v) for v in found) if found else None
+
+    def delta(self, before: float | None, fallback: int) -> int:
+        after = self.read()
+        return round(after - before) if before is not None and after is not None else fallback
 
 
 async def raw_client(base_url: str, model: str, jobs: list[tuple[list, int]], concurrency: int, args) -> tuple:
@@ -45,7 +95,16 @@ async def raw_client(base_url: str, model: str, jobs: list[tuple[list, int]], co
     return time.perf_counter() - started, sum(tokens)
 
 
-def evalflow_run(base_url: str, model: str, args, concurrency: int | None) -> tuple:
+def raw_run(args: argparse.Namespace, base_url: str, model: str, jobs: list, conc: int) -> Measured:
+    counter = Counter(base_url)
+    before, cpu = counter.read(), time.process_time()
+    secs, tokens = asyncio.run(raw_client(base_url, model, jobs, conc, args))
+    cpu = time.process_time() - cpu
+    return Measured(secs, counter.delta(before, tokens), len(jobs), cpu)
+
+
+def evalflow_run(base_url: str, model: str, args, concurrency: int | None) -> tuple[Measured, float]:
+    """evalflow's collect stage, and the whole flow's wall seconds (plan, analysis and report included)."""
     data = {
         "model": {"source": model, "served_name": model},
         "server": {"mode": "external", "base_url": base_url},
@@ -55,20 +114,40 @@ def evalflow_run(base_url: str, model: str, args, concurrency: int | None) -> tu
     }
     if concurrency:
         data["collection"] = {"concurrency": concurrency}
-    started = time.perf_counter()
+    counter = Counter(base_url)
+    before, started = counter.read(), time.perf_counter()
     result = asyncio.run(eval_flow(EvalConfig.model_validate(data)))
     wall = time.perf_counter() - started
-    return result.run_info.timings["collect"], wall, result.benchmarks["gsm8k"].tokens.completion_total
+    info, stats = result.run_info, result.benchmarks["gsm8k"]
+    tokens = counter.delta(before, stats.tokens.completion_total)
+    return Measured(info.timings["collect"], tokens, stats.n_rollouts, info.cpu_timings["collect"]), wall
+
+
+def peer_run(name: str, requests: Path, base_url: str, model: str, conc: int, args) -> Measured:
+    counter = Counter(base_url)
+    before = counter.read()
+    out = run_peer(PEERS[name], requests, base_url, model, conc, [str(args.temperature), str(args.max_tokens)])
+    return Measured(out["seconds"], counter.delta(before, 0), out["completions"], out["cpu_s"])
+
+
+def quiet_console() -> None:
+    """The terminal shows the table: Prefect's console handlers keep warnings only. The flows log as they
+    always do (the API still gets every line), so evalflow is measured with its usual logging."""
+    for logger in (logging.getLogger(), *logging.Logger.manager.loggerDict.values()):
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, PrefectConsoleHandler):
+                handler.setLevel(logging.WARNING)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(parser)
     parser.add_argument("--prompts", type=int, default=200)
-    parser.add_argument("--pairs", type=int, default=4, help="back-to-back (raw best, evalflow) pairs")
+    parser.add_argument("--pairs", type=int, default=4, help="rounds: every client beside a raw run")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 32, 64])
+    parser.add_argument("--peers", action="store_true", help="also lm-eval and Inspect AI (throwaway envs)")
     parser.add_argument(
         "--evalflow-fixed", type=int, nargs="*", default=[],
         help="also run evalflow with these fixed concurrencies (separates the limiter from the pipeline)",
@@ -76,71 +155,77 @@ def main() -> None:
     args = parser.parse_args()
 
     with server_from(args) as (base_url, model):
+        quiet_console()
         measure(args, base_url, model)
 
 
-def show(step: str, label: str, secs: float, tokens: int, completions: int) -> None:
-    print(f"{step:>6} {label:<24} {secs:8.1f} {completions / secs:8.2f} {tokens / secs:9.0f}", flush=True)
-
-
-def raw_rate(args: argparse.Namespace, base_url: str, model: str, jobs: list, conc: int, step: str) -> float:
-    secs, tokens = asyncio.run(raw_client(base_url, model, jobs, conc, args))
-    show(step, f"raw c={conc}", secs, tokens, len(jobs))
-    return tokens / secs
-
-
-def evalflow_rates(args: argparse.Namespace, base_url: str, model: str, jobs: list, step: str) -> dict[str, float]:
-    """tokens/s of evalflow's collection and whole flow, at its defaults (and any fixed concurrency)."""
-    out = {}
-    for fixed in [None, *args.evalflow_fixed]:
-        collect, wall, tokens = evalflow_run(base_url, model, args, fixed)
-        name = "evalflow" if fixed is None else f"evalflow c={fixed}"
-        out[f"{name} (collect)"], out[f"{name} (whole flow)"] = tokens / collect, tokens / wall
-        show(step, f"{name} collect", collect, tokens, len(jobs))
-        show(step, f"{name} whole flow", wall, tokens, len(jobs))
-    return out
+def show(step: str, label: str, m: Measured) -> None:
+    per_k = 1000 * m.cpu_s / max(m.completions, 1)
+    print(f"{step:>7} {label:<40} {m.seconds:8.1f} {m.completions / m.seconds:8.2f} {m.rate:9.0f} {per_k:10.2f}")
 
 
 def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
-    """Find the raw client's best concurrency, then alternate it with evalflow in pairs.
+    """Find the raw client's best concurrency, then alternate it with each client in rounds.
 
     This machine's speed drifts by up to 25% within minutes (shared host), so a ratio is only taken between
-    two runs back to back, and the order flips every pair."""
+    two runs back to back, and the order flips every round."""
     env = get_env("gsm8k")
     rows = load_rows(str(env.default_dataset_path()), env, limit=args.prompts)
     jobs = [(env.messages(row), rollout_seed(1234, env.prompt_id(row), 0)) for row in rows]
+    requests = Path(tempfile.mkdtemp(prefix="bench-requests-")) / "requests.json"
+    requests.write_text(json.dumps([{"messages": m, "seed": s} for m, s in jobs]))
     asyncio.run(raw_client(base_url, model, jobs[:16], 16, args))  # warm-up
     # evalflow's warm-up: the first flow in a process starts Prefect's ephemeral API, which keeps working
     # (and competing with a CPU server) for a while; deployments run against a long-running one instead
     evalflow_run(base_url, model, argparse.Namespace(**{**vars(args), "prompts": 16}), None)
-    print(f"{'step':>6} {'what':<24} {'seconds':>8} {'compl/s':>8} {'tokens/s':>9}", flush=True)
-    scan = {conc: raw_rate(args, base_url, model, jobs, conc, "scan") for conc in args.concurrency}
-    best = max(scan, key=lambda conc: scan[conc])
-    print(f"\nthe raw client's best concurrency: {best}; now {args.pairs} pairs, alternating\n", flush=True)
-    raw: list[float] = []
-    ours: dict[str, list[float]] = {}
-    ratios: dict[str, list[float]] = {}
-    for pair in range(1, args.pairs + 1):
-        step = f"pair {pair}"
-        if pair % 2:
-            raw.append(raw_rate(args, base_url, model, jobs, best, step))
-            measured = evalflow_rates(args, base_url, model, jobs, step)
-        else:
-            measured = evalflow_rates(args, base_url, model, jobs, step)
-            raw.append(raw_rate(args, base_url, model, jobs, best, step))
-        for name, value in measured.items():
-            ours.setdefault(name, []).append(value)
-            ratios.setdefault(name, []).append(value / raw[-1])
+    peers = list(PEERS) if args.peers else []
+    for name in peers:  # builds its environment; a short run warms its imports
+        short = requests.with_name(f"warm-{name}.json")
+        short.write_text(json.dumps(json.loads(requests.read_text())[:16]))
+        peer_run(name, short, base_url, model, 16, args)
 
-    print("\nmedian tokens/s:")
-    for conc, value in scan.items():
-        print(f"  {'raw c=' + str(conc) + ' (scan)':<30} {value:9.0f}")
-    print(f"  {'raw c=' + str(best) + ' (pairs)':<30} {statistics.median(raw):9.0f}")
-    for name, values in ours.items():
-        print(f"  {name:<30} {statistics.median(values):9.0f}")
-    print(f"\n{'ratio to the raw client at ' + str(best):<32} {'per pair':<30} {'median':>7}")
+    clients = {"evalflow": lambda conc: evalflow_run(base_url, model, args, None)[0]}
+    for fixed in args.evalflow_fixed:
+        clients[f"evalflow c={fixed}"] = lambda conc, fixed=fixed: evalflow_run(base_url, model, args, fixed)[0]
+    for name in peers:
+        clients[PEERS[name].name] = lambda conc, name=name: peer_run(name, requests, base_url, model, conc, args)
+
+    print(f"{'step':>7} {'client':<40} {'seconds':>8} {'compl/s':>8} {'tokens/s':>9} {'CPU s/1k':>10}", flush=True)
+    scan = {}
+    for conc in args.concurrency:
+        scan[conc] = raw_run(args, base_url, model, jobs, conc)
+        show("scan", f"raw c={conc}", scan[conc])
+    best = max(scan, key=lambda conc: scan[conc].rate)
+    print(f"\nthe raw client's best concurrency: {best}; now {args.pairs} rounds, alternating\n", flush=True)
+    runs: dict[str, list[Measured]] = {"raw": []}
+    ratios: dict[str, list[float]] = {}
+    for round_ in range(1, args.pairs + 1):
+        step = f"round {round_}"
+        for name, run in clients.items():
+            pair = []
+            for first in [True, False] if round_ % 2 else [False, True]:
+                label = f"raw c={best}" if first else name
+                m = raw_run(args, base_url, model, jobs, best) if first else run(best)
+                show(step, label, m)
+                runs.setdefault("raw" if first else name, []).append(m)
+                pair.append((first, m))
+            raw_m = next(m for first, m in pair if first)
+            ours = next(m for first, m in pair if not first)
+            ratios.setdefault(name, []).append(ours.rate / raw_m.rate)
+    summary(runs, ratios, best)
+
+
+def summary(runs: dict[str, list[Measured]], ratios: dict[str, list[float]], best: int) -> None:
+    print(f"\n{'client':<40} {'median tokens/s':>15} {'median CPU s/1k rollouts':>25} {'CPU vs raw':>10}")
+    raw_cpu = statistics.median(1000 * m.cpu_s / m.completions for m in runs["raw"])
+    for name, ms in runs.items():
+        label = f"raw c={best}" if name == "raw" else name
+        cpu = statistics.median(1000 * m.cpu_s / max(m.completions, 1) for m in ms)
+        rate = statistics.median(m.rate for m in ms)
+        print(f"{label:<40} {rate:15.0f} {cpu:25.2f} {cpu / raw_cpu:9.2f}x")
+    print(f"\n{'tokens/s ratio to the raw run beside it':<40} {'per round':<36} {'median':>7}")
     for name, values in ratios.items():
-        print(f"  {name:<30} {' '.join(f'{v:.3f}' for v in values):<30} {statistics.median(values):7.3f}")
+        print(f"{name:<40} {' '.join(f'{v:.3f}' for v in values):<36} {statistics.median(values):7.3f}")
 
 
 if __name__ == "__main__":

@@ -227,7 +227,12 @@ class CollectionConfig(_Strict):
         None, ge=1, description="requests in flight; empty: found while collecting (adaptive)"
     )
     batches_in_flight: int | None = Field(
-        None, ge=1, description="batches collected at once; empty: enough to fill the concurrency limit, plus one"
+        None,
+        ge=1,
+        description=(
+            "batches fed at once (one whose rollouts all sent their first request no longer counts); empty: "
+            "enough to fill the concurrency limit, plus one"
+        ),
     )
     request_timeout_s: float = Field(300.0, gt=0)
     env_timeout_s: float = Field(

@@ -139,6 +139,8 @@ class RunInfo(_Record):
     finished_at: str | None = None
     config: dict[str, JsonValue] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
+    # this process's CPU seconds per stage (all threads); empty in records written before it was kept
+    cpu_timings: dict[str, float] = Field(default_factory=dict)
     deployment: str | None = None
     provenance: Provenance | None = None
     shards: list[ShardRun] = Field(default_factory=list)

@@ -263,7 +263,11 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
     )
     if status.state == "failed":  # the report says so at its top; the flow run ends Failed
         raise RunFailed(f"run {run_id} failed: {status.reason} (report: {urls['html']})")
-    record = run_record(metrics, info.model_copy(update={"timings": dict(stages.seconds)}), comparison)
+    record = run_record(
+        metrics,
+        info.model_copy(update={"timings": dict(stages.seconds), "cpu_timings": dict(stages.cpu_seconds)}),
+        comparison,
+    )
     return record.model_copy(update={"collection": _collection(prepared, server_info, urls)})
 
 
@@ -289,6 +293,7 @@ def _run_info(
         finished_at=datetime.now(UTC).isoformat(),
         config=redact(config.model_dump(mode="json")),  # no credential reaches a report
         timings=stages.seconds,
+        cpu_timings=stages.cpu_seconds,
         deployment=prefect_deployment.name,  # None outside a deployment run
         provenance=_provenance(config, prepared.benchmarks, server),
         shards=shards or [],

@@ -25,6 +25,7 @@ from core.rollout_row import RolloutRow
 from core.schema import to_parquet_bytes
 from core.store import Store
 from envs.base import Env
+from tasks.collection.concurrency import request_priority
 from tasks.collection.failures import BatchFailed, FailureSummary, RolloutFailed
 from tasks.collection.generations import record_generation
 from tasks.collection.plan import Batch, BatchRecord, BatchResult, batch_url
@@ -91,8 +92,10 @@ async def _snapshots(
 async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> BatchResult:
     started = time.perf_counter()
     partial = partial_url(ctx.store, batch)
-    kept = _kept(ctx.store, partial, batch)
+    # store reads and writes go to threads: other batches' requests are in flight on this event loop
+    kept = await asyncio.to_thread(_kept, ctx.store, partial, batch)
     ctx.progress.add_kept(batch.key, len(kept))
+    ctx.feed.expect(request_priority.get(), batch.size - len(kept))
     finished = dict(kept)
 
     async def one(row: dict[str, Any], repeat: int) -> RolloutRow:
@@ -117,13 +120,13 @@ async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> Bat
     records.sort(key=lambda rec: (rec["prompt_id"], rec["repeat"]))
     if failures:
         if records:
-            write_batch(ctx.store, partial, records)
+            await asyncio.to_thread(write_batch, ctx.store, partial, records)
         summary = FailureSummary.of(batch.benchmark, batch.index, batch.size, failures)
         raise BatchFailed(summary, partial if records else None)
     url = batch_url(ctx.run_dir, batch)
-    write_batch(ctx.store, url, records)
+    await asyncio.to_thread(write_batch, ctx.store, url, records)
     if written[0]:
-        ctx.store.remove(partial)
+        await asyncio.to_thread(ctx.store.remove, partial)
     result = BatchResult(
         url=url,
         rollouts=len(records),
@@ -131,7 +134,7 @@ async def collect_batch_impl(ctx: CollectContext, env: Env, batch: Batch) -> Bat
         completion_tokens=sum(rec.get("completion_tokens") or 0 for rec in records),
         seconds=time.perf_counter() - started,
     )
-    record_generation(ctx.store, batch.generation or batch.key, result.as_record())
+    await asyncio.to_thread(record_generation, ctx.store, batch.generation or batch.key, result.as_record())
     return result
 
 

@@ -58,9 +58,8 @@ class Limiter:
     def waiting(self) -> int:
         return sum(not f.done() for _, _, f in self._waiters)
 
-    @asynccontextmanager
-    async def slot(self, priority: int = 0) -> AsyncIterator[Ticket]:
-        """Hold one of `limit` places for a request; lower `priority` values are admitted first."""
+    async def acquire(self, priority: int = 0) -> None:
+        """Wait for one of `limit` places; lower `priority` values are admitted first. `release` gives it back."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (priority, next(self._arrival), future))
         self._wake()
@@ -70,6 +69,14 @@ class Limiter:
             if future.done() and not future.cancelled():  # admitted just as it was cancelled
                 self._release()
             raise
+
+    def release(self) -> None:
+        self._release()
+
+    @asynccontextmanager
+    async def slot(self, priority: int = 0) -> AsyncIterator[Ticket]:
+        """Hold one of `limit` places for a request; lower `priority` values are admitted first."""
+        await self.acquire(priority)
         ticket = Ticket(self.resizes, time.monotonic())
         try:
             yield ticket
@@ -106,6 +113,40 @@ class Limiter:
 
     def finished(self, ticket: Ticket) -> None:
         """Called once per request that returned (fixed limiters ignore it)."""
+
+
+class Feed:
+    """Which open batches still have rollouts waiting for their first request slot. A batch is *fed* once
+    every rollout it collects has had one: it has nothing new to queue, only requests to finish, so the
+    scheduler opens the next batch then instead of when the batch's slowest rollout returns (one long
+    completion in an old batch otherwise leaves the server short of requests). Keyed by the batch's
+    position (`request_priority`)."""
+
+    def __init__(self) -> None:
+        self._left: dict[int, int] = {}
+        self._fed: dict[int, asyncio.Event] = {}
+
+    def event(self, position: int) -> asyncio.Event:
+        """Set once the batch at `position` is fed."""
+        return self._fed.setdefault(position, asyncio.Event())
+
+    def expect(self, position: int, rollouts: int) -> None:
+        """The batch at `position` will send `rollouts` first requests (its kept rollouts send none)."""
+        self._left[position] = rollouts
+        if rollouts <= 0:
+            self.event(position).set()
+
+    def admitted(self, position: int) -> None:
+        """A rollout of the batch at `position` got a slot for its first request."""
+        left = self._left.get(position)
+        if left is not None:
+            self._left[position] = left - 1
+            if left <= 1:
+                self.event(position).set()
+
+    def forget(self, position: int) -> None:
+        self._left.pop(position, None)
+        self._fed.pop(position, None)
 
 
 class AdaptiveLimiter(Limiter):

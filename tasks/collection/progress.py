@@ -60,6 +60,7 @@ class Progress:
         # are counted once
         self._counted: dict[str, int] = {}
         self._artifact: UUID | None = None
+        self._creating: asyncio.Task[None] | None = None
 
     @property
     def done(self) -> int:
@@ -131,11 +132,19 @@ class Progress:
         if final:
             text += f" · finished in {timedelta(seconds=round(time.monotonic() - self.started))}"
         get_logger().info(text, extra={"evalflow_progress": True})
+        if self._creating is not None:
+            await self._creating  # started with the collection; long done by the first report
         if self._artifact is not None:
             try:
                 await aupdate_progress_artifact(self._artifact, self._percent(), description=text)
             except Exception as exc:
                 get_logger().warning("could not update the progress artifact: %s: %s", type(exc).__name__, exc)
+
+    async def _create_artifact(self) -> None:
+        try:
+            self._artifact = await acreate_progress_artifact(0.0, key=ARTIFACT_KEY, description=self.line())
+        except Exception as exc:  # progress is for people: the collection goes on without the artifact
+            get_logger().warning("could not create the progress artifact: %s: %s", type(exc).__name__, exc)
 
     @contextlib.asynccontextmanager
     async def reporting(self, terminal: TextIO | None = None) -> AsyncIterator[Progress]:
@@ -143,8 +152,8 @@ class Progress:
         On a terminal (`terminal`, default: stderr when it is a TTY) a progress bar, redrawn every
         second, replaces the log lines there; the logs and the artifact get them all the same."""
         self.started = time.monotonic()
-        if _in_run() and self.total:
-            self._artifact = await acreate_progress_artifact(0.0, key=ARTIFACT_KEY, description=self.line())
+        if _in_run() and self.total:  # created beside the first requests, not before them (an API round trip)
+            self._creating = asyncio.create_task(self._create_artifact())
         terminal = terminal if terminal is not None else _terminal()
         step = min(self.interval_s, BAR_REFRESH_S) if terminal is not None else self.interval_s
         with self._bar(terminal) as bar:

@@ -21,7 +21,7 @@ from core.rollout_row import AssistantMessage, RolloutRow
 from core.schema import to_json
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
-from tasks.collection.concurrency import Limiter, make_limiter, request_priority
+from tasks.collection.concurrency import Feed, Limiter, make_limiter, request_priority
 from tasks.collection.env_calls import checked_score, checked_turn, env_call
 from tasks.collection.failures import RolloutFailed, classify, describe
 from tasks.collection.plan import Batch, rollout_seed
@@ -67,6 +67,9 @@ class CollectContext:
     # it is reported and each open batch snapshots its finished rollouts
     progress: Progress = field(default_factory=lambda: Progress(0))
     progress_interval_s: float = PROGRESS_INTERVAL_S
+    # which open batches still have rollouts waiting for their first request (the scheduler opens the
+    # next batch once none are left)
+    feed: Feed = field(default_factory=Feed)
     _pool: ReplicaPool | None = None
 
     @property
@@ -152,10 +155,15 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
     return text[:cut]
 
 
-async def _chat(ctx: CollectContext, sampling: SamplingConfig, **request: Unpack[ChatRequest]) -> tuple[Any, float]:
+async def _chat(
+    ctx: CollectContext, sampling: SamplingConfig, first: bool = True, **request: Unpack[ChatRequest]
+) -> tuple[Any, float]:
     """One request (chat, or a text completion with `plain=True`) under the run's concurrency limit:
-    (response, latency in seconds)."""
-    async with ctx.requests().slot(request_priority.get()) as ticket:
+    (response, latency in seconds). `first`: the rollout's first request (its batch's feed counts it)."""
+    position = request_priority.get()
+    async with ctx.requests().slot(position) as ticket:
+        if first:
+            ctx.feed.admitted(position)
         started = time.perf_counter()
         response = await request_with_retries(ctx, model=ctx.server.model, **request, **sampling.as_request())
         latency = time.perf_counter() - started
@@ -296,7 +304,7 @@ async def _multi_turn(
                 kwargs["tool_choice"] = tool_choice
         started = time.perf_counter()
         try:
-            response, took = await _chat(ctx, sampling, **kwargs)
+            response, took = await _chat(ctx, sampling, turn == 0, **kwargs)
         except openai.APIStatusError as exc:  # the conversation outgrew the context: the episode ends
             if turn == 0:  # the opening prompt itself: not the model's doing
                 raise _prompt_too_long(ctx, exc, record["prompt_id"]) from None

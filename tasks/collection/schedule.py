@@ -71,8 +71,10 @@ class Collected:
 async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> Collected:
     """Reuse cached batches; run the others a few at a time. Requests share one limiter, earlier batches
     first, so batches overlap their tails and the oldest open one finishes first. As many batches are
-    open as fill the (possibly growing) request limit, plus one. A failed batch does not stop the
-    others: what finishes is kept, and failed batches are returned for the run to judge."""
+    being fed as fill the (possibly growing) request limit, plus one; a batch whose rollouts all had their
+    first request stops counting, so its slowest rollouts finish beside the next batches' requests. A
+    failed batch does not stop the others: what finishes is kept, and failed batches are returned for the
+    run to judge."""
     ctx.progress = progress = Progress(sum(p.batch.size for p in work), ctx.progress_interval_s)
     requests = ctx.requests()
     requests.expect(sum(p.batch.size for p in work if p.needs_server))
@@ -87,20 +89,36 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
         target = batch_url(ctx.run_dir, item.batch)
         if item.cached is not None:
             if item.cached.url != target:  # every run folder holds all of its rollouts
-                ctx.store.copy(item.cached.url, target)
+                await asyncio.to_thread(ctx.store.copy, item.cached.url, target)
             progress.add_cached(item.cached.rollouts)
             return BatchResult(target, item.cached.rollouts, item.cached.errors, item.cached.completion_tokens, 0.0)
         run = batch_task.with_options(refresh_cache=True) if item.stale else batch_task
         if item.rescore_from is not None:  # scored from earlier completions: no request, no window slot
             result = BatchResult.from_record(await run(ctx, item.env, item.batch, item.rescore_from.as_record()))
         else:
-            async with window.slot(position):
+            await window.acquire(position)
+            held = [True]
+
+            def free(_: object = None) -> None:
+                if held[0]:
+                    held[0] = False
+                    window.release()
+
+            # the batch's window place is given back once it is fed (every rollout had its first request
+            # slot), so the next batch's requests queue while this one's slowest rollouts finish
+            fed = asyncio.ensure_future(ctx.feed.event(position).wait())
+            fed.add_done_callback(free)
+            try:
                 request_priority.set(position)  # this task's context: the batch's requests inherit it
                 result = BatchResult.from_record(await run(ctx, item.env, item.batch))
+            finally:
+                fed.cancel()
+                free()
+                ctx.feed.forget(position)
         if result is None:
             raise RuntimeError(f"batch {item.batch.benchmark}-{item.batch.index} returned no batch record")
         if result.url != target:  # a concurrent run collected it first (we waited on its lock)
-            ctx.store.copy(result.url, target)
+            await asyncio.to_thread(ctx.store.copy, result.url, target)
             result = BatchResult(target, result.rollouts, result.errors, result.completion_tokens, result.seconds)
         progress.batch_done(item.batch.key, result.rollouts)
         return result

@@ -233,7 +233,7 @@ def _status_cell(status: RunStatus) -> str:
 
 
 # run_info fields shown in their own tables or notes, or only when set (a training run's step)
-_OWN_SECTIONS = {"config", "timings", "provenance", "shards", "long_prompts", "status"}
+_OWN_SECTIONS = {"config", "timings", "cpu_timings", "provenance", "shards", "long_prompts", "status"}
 _WHEN_SET = {"training_run", "step", "rescored_from"}
 
 
@@ -251,11 +251,17 @@ def run_sections(run_info: RunInfo) -> list[Section]:
         with contextlib.suppress(TypeError):  # naive vs aware timestamps: leave the duration out
             scalars.append(("duration", fmt_duration((end - start).total_seconds())))
     sections = [Section("Run", kv_table(scalars))]
-    timings = run_info.timings
+    timings, cpu = run_info.timings, run_info.cpu_timings
     if timings:
         rows = [[stage, fmt_num(float(sec), 1)] for stage, sec in timings.items()]
         rows.append(["total", fmt_num(sum(float(sec) for sec in timings.values()), 1)])
-        sections.append(Section("Stage timings", Table(["stage", "seconds"], rows)))
+        header = ["stage", "seconds"]
+        if cpu:  # this process's CPU time per stage (records of older runs have none)
+            for row in rows[:-1]:
+                row.append(fmt_num(float(cpu[row[0]]), 1) if row[0] in cpu else "–")
+            rows[-1].append(fmt_num(sum(float(sec) for sec in cpu.values()), 1))
+            header.append("CPU seconds")
+        sections.append(Section("Stage timings", Table(header, rows)))
     if run_info.shards:  # collected by child flow runs (collection.shards)
         rows = [[str(s.index + 1), str(s.batches), s.state, str(s.attempts), fmt_num(s.seconds, 1),
                  ", ".join(s.flow_runs)] for s in run_info.shards]  # fmt: skip

@@ -14,6 +14,7 @@ import httpx
 import openai
 
 from core.logs import get_logger
+from tasks.serving.clients import async_client
 
 PROBE_INTERVAL_S = 2.0
 PROBE_TIMEOUT_S = 3.0
@@ -55,10 +56,7 @@ class ReplicaPool:
     ) -> None:
         self.api_key = api_key
         self.probe_interval_s = probe_interval_s
-        self.replicas = [
-            Replica(url, openai.AsyncOpenAI(base_url=url, api_key=api_key, timeout=timeout_s, max_retries=0))
-            for url in urls
-        ]
+        self.replicas = [Replica(url, async_client(url, api_key, timeout_s)) for url in urls]
         self._turn = itertools.count()
         self._probe: asyncio.Task[None] | None = None
 

@@ -8,6 +8,7 @@ import httpx
 import openai
 
 from errors import EvalflowError
+from tasks.serving.clients import sync_client
 from tasks.serving.server import Endpoint
 
 # Short on purpose: a server that needs longer to answer a model list is not ready for a run.
@@ -22,8 +23,7 @@ class EndpointError(EvalflowError, ValueError):
 
 
 def _client(endpoint: Endpoint, timeout_s: float) -> openai.OpenAI:
-    timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
-    return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=timeout, max_retries=0)
+    return sync_client(endpoint.base_url, endpoint.api_key, httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
 
 
 def _reason(exc: Exception) -> str:
@@ -43,28 +43,28 @@ def check_endpoint(endpoint: Endpoint, *, url_field: str, name_field: str, chat:
     """Raise EndpointError unless `GET /models` lists `endpoint.model` and a 1-token request (chat
     and/or plain completion, as the run's benchmarks use) succeeds. `url_field` and `name_field` are
     the config fields an operator would fix (e.g. server.base_url, model.served_name)."""
-    client = _client(endpoint, REQUEST_TIMEOUT_S)
-    where = f"{url_field} {endpoint.base_url}"
-    try:
-        served = [m.id for m in client.models.list()]
-    except (openai.APIError, httpx.HTTPError) as exc:
-        raise EndpointError(f"{where}: {_reason(exc)}; start the server or fix {url_field}") from None
-    if endpoint.model not in served:
-        offered = ", ".join(repr(name) for name in served) or "nothing"
-        raise EndpointError(
-            f"{name_field} {endpoint.model!r} is not served by {endpoint.base_url} (it serves {offered}); "
-            f"set {name_field} to one of those or point {url_field} at the right server"
-        )
-    requests = {
-        "chat completion": lambda: client.chat.completions.create(
-            model=endpoint.model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1
-        ),
-        "completion": lambda: client.completions.create(model=endpoint.model, prompt="OK", max_tokens=1),
-    }
-    for kind, wanted in (("chat completion", chat), ("completion", plain)):
-        if not wanted:
-            continue
+    with _client(endpoint, REQUEST_TIMEOUT_S) as client:  # closed: no connection left open
+        where = f"{url_field} {endpoint.base_url}"
         try:
-            requests[kind]()
+            served = [m.id for m in client.models.list()]
         except (openai.APIError, httpx.HTTPError) as exc:
-            raise EndpointError(f"{where}: a 1-token {kind} of {endpoint.model!r} failed: {_reason(exc)}") from None
+            raise EndpointError(f"{where}: {_reason(exc)}; start the server or fix {url_field}") from None
+        if endpoint.model not in served:
+            offered = ", ".join(repr(name) for name in served) or "nothing"
+            raise EndpointError(
+                f"{name_field} {endpoint.model!r} is not served by {endpoint.base_url} (it serves {offered}); "
+                f"set {name_field} to one of those or point {url_field} at the right server"
+            )
+        requests = {
+            "chat completion": lambda: client.chat.completions.create(
+                model=endpoint.model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=1
+            ),
+            "completion": lambda: client.completions.create(model=endpoint.model, prompt="OK", max_tokens=1),
+        }
+        for kind, wanted in (("chat completion", chat), ("completion", plain)):
+            if not wanted:
+                continue
+            try:
+                requests[kind]()
+            except (openai.APIError, httpx.HTTPError) as exc:
+                raise EndpointError(f"{where}: a 1-token {kind} of {endpoint.model!r} failed: {_reason(exc)}") from None

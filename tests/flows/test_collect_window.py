@@ -83,3 +83,45 @@ def test_an_explicit_batches_in_flight_caps_open_batches(tmp_path: Any) -> None:
     recorder = Recorder(ctx)
     asyncio.run(collect_all(ctx, work, recorder))
     assert recorder.peak_open == 2
+
+
+def test_slow_rollouts_in_old_batches_do_not_hold_back_the_later_batches(tmp_path: Any, monkeypatch: Any) -> None:
+    """The real batch and rollout code, with the request itself stood in for: one rollout each of batches
+    0 and 1 is slow. A batch used to hold its place among the open batches (here 2: 4 requests / 4 per
+    batch, plus one) until its slowest rollout returned, so while those two ran the limiter held 2 of 4
+    requests and batches 2-5 waited. Now a batch whose rollouts all had their first request gives its
+    place to the next: every other rollout of the run finishes while the slow ones run."""
+    from types import SimpleNamespace
+
+    from tasks.collection import rollout as rollout_module
+    from tasks.collection.batch import collect_batch_impl
+    from tasks.collection.plan import rollout_seed
+
+    slow = {rollout_seed(SamplingConfig().seed, f"b{b}q0", 0) for b in (0, 1)}
+    finished: list[int] = []
+
+    async def request(ctx: CollectContext, **kwargs: Any) -> Any:
+        await asyncio.sleep(1.0 if kwargs["seed"] in slow else 0.01)
+        finished.append(kwargs["seed"])
+        message = SimpleNamespace(content="#### 1", tool_calls=None)
+        usage = SimpleNamespace(prompt_tokens=5, completion_tokens=3)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=usage)
+
+    monkeypatch.setattr(rollout_module, "request_with_retries", request)
+    env = get_env("gsm8k")
+    rows = [tuple({"id": f"b{b}q{i}", "question": "1?", "answer": "#### 1"} for i in range(4)) for b in range(6)]
+    work = [Planned(env, Batch("gsm8k", b, f"k{b}", rows[b], (0,))) for b in range(6)]
+    collection = CollectionConfig(batch_size=4, concurrency=4)
+    ctx = CollectContext(
+        "run", str(tmp_path), Endpoint("http://x/v1", "m"), "fp", SamplingConfig(), collection, Store(str(tmp_path))
+    )
+    collected = asyncio.run(collect_all(ctx, work, collect_batch_impl))
+    assert [r.rollouts for r in collected.results] == [4] * 6 and len(finished) == 24
+    assert set(finished[-2:]) == slow  # the slow ones last: the other 22 did not wait for them
+    assert all(r["success"] for url in (r.url for r in collected.results) for r in _rows(url))
+
+
+def _rows(url: str) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(url).to_pylist()

@@ -157,6 +157,18 @@ def test_markdown_report(report) -> None:
     assert "most common" in md and "Pearson r" in md
 
 
+def test_stage_timings_show_the_cpu_seconds_where_the_run_kept_them(store: Store, run_files: list[str]) -> None:
+    metrics = declare_env_metrics(analyze(run_files, store))
+    cpu = {"prepare_model": 3.25, "collect": 41.5}  # no figure for serve or analyze: they show a dash
+    md = read(write_report(store.path("cpu"), metrics, run_info(cpu_timings=cpu), run_files, store)["markdown"])
+    table = md.split("## Stage timings", 1)[1].split("##", 1)[0]
+    assert "| stage | seconds | CPU seconds |" in table
+    assert "| collect | 1800.2 | 41.5 |" in table and "| prepare_model | 12.5 | 3.2 |" in table
+    assert "| serve | 95.0 | – |" in table and "| total | 1908.2 | 44.8 |" in table
+    older = read(write_report(store.path("old"), metrics, run_info(), run_files, store)["markdown"])
+    assert "CPU seconds" not in older  # a record written before CPU was kept: the column is left out
+
+
 def test_credentials_never_reach_reports(report) -> None:
     urls, _ = report
     for kind, url in urls.items():
