@@ -143,7 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(parser)
     parser.add_argument("--prompts", type=int, default=200)
-    parser.add_argument("--pairs", type=int, default=4, help="rounds: every client beside a raw run")
+    parser.add_argument("--pairs", type=int, default=6, help="rounds: every client beside a raw run")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 32, 64])
