@@ -230,8 +230,8 @@ class CollectionConfig(_Strict):
         None,
         ge=1,
         description=(
-            "batches fed at once (one whose rollouts all sent their first request no longer counts); empty: "
-            "enough to fill the concurrency limit, plus one"
+            "batches collected at once, a hard cap; empty: enough to fill the concurrency limit, plus one, a batch "
+            "whose rollouts all sent their first request no longer counting"
         ),
     )
     request_timeout_s: float = Field(300.0, gt=0)

@@ -72,7 +72,8 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
     """Reuse cached batches; run the others a few at a time. Requests share one limiter, earlier batches
     first, so batches overlap their tails and the oldest open one finishes first. As many batches are
     being fed as fill the (possibly growing) request limit, plus one; a batch whose rollouts all had their
-    first request stops counting, so its slowest rollouts finish beside the next batches' requests. A
+    first request stops counting, so its slowest rollouts finish beside the next batches' requests (an
+    explicit `collection.batches_in_flight` is a hard cap on open batches instead). A
     failed batch does not stop the others: what finishes is kept, and failed batches are returned for the
     run to judge."""
     ctx.progress = progress = Progress(sum(p.batch.size for p in work), ctx.progress_interval_s)
@@ -105,9 +106,11 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
                     window.release()
 
             # the batch's window place is given back once it is fed (every rollout had its first request
-            # slot), so the next batch's requests queue while this one's slowest rollouts finish
+            # slot), so the next batch's requests queue while this one's slowest rollouts finish; an explicit
+            # collection.batches_in_flight keeps its meaning: that many batches open, no more
             fed = asyncio.ensure_future(ctx.feed.event(position).wait())
-            fed.add_done_callback(free)
+            if ctx.collection.batches_in_flight is None:
+                fed.add_done_callback(free)
             try:
                 request_priority.set(position)  # this task's context: the batch's requests inherit it
                 result = BatchResult.from_record(await run(ctx, item.env, item.batch))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from core.config import CollectionConfig, SamplingConfig
 from core.store import Store
 from envs.registry import get_env
@@ -85,12 +87,16 @@ def test_an_explicit_batches_in_flight_caps_open_batches(tmp_path: Any) -> None:
     assert recorder.peak_open == 2
 
 
-def test_slow_rollouts_in_old_batches_do_not_hold_back_the_later_batches(tmp_path: Any, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("cap", [None, 2])
+def test_slow_rollouts_in_old_batches_do_not_hold_back_the_later_batches(
+    tmp_path: Any, monkeypatch: Any, cap: int | None
+) -> None:
     """The real batch and rollout code, with the request itself stood in for: one rollout each of batches
     0 and 1 is slow. A batch used to hold its place among the open batches (here 2: 4 requests / 4 per
     batch, plus one) until its slowest rollout returned, so while those two ran the limiter held 2 of 4
     requests and batches 2-5 waited. Now a batch whose rollouts all had their first request gives its
-    place to the next: every other rollout of the run finishes while the slow ones run."""
+    place to the next: every other rollout of the run finishes while the slow ones run. An explicit
+    `batches_in_flight` (`cap`) still means that many open batches: there the later batches wait."""
     from types import SimpleNamespace
 
     from tasks.collection import rollout as rollout_module
@@ -111,13 +117,16 @@ def test_slow_rollouts_in_old_batches_do_not_hold_back_the_later_batches(tmp_pat
     env = get_env("gsm8k")
     rows = [tuple({"id": f"b{b}q{i}", "question": "1?", "answer": "#### 1"} for i in range(4)) for b in range(6)]
     work = [Planned(env, Batch("gsm8k", b, f"k{b}", rows[b], (0,))) for b in range(6)]
-    collection = CollectionConfig(batch_size=4, concurrency=4)
+    collection = CollectionConfig(batch_size=4, concurrency=4, batches_in_flight=cap)
     ctx = CollectContext(
         "run", str(tmp_path), Endpoint("http://x/v1", "m"), "fp", SamplingConfig(), collection, Store(str(tmp_path))
     )
     collected = asyncio.run(collect_all(ctx, work, collect_batch_impl))
     assert [r.rollouts for r in collected.results] == [4] * 6 and len(finished) == 24
-    assert set(finished[-2:]) == slow  # the slow ones last: the other 22 did not wait for them
+    if cap is None:
+        assert set(finished[-2:]) == slow  # the slow ones last: the other 22 did not wait for them
+    else:
+        assert set(finished[6:8]) == slow  # batches 0 and 1 done (2 x 4) before batches 2-5 started
     assert all(r["success"] for url in (r.url for r in collected.results) for r in _rows(url))
 
 
