@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,23 +37,31 @@ def _uv() -> list[str]:
     return [found] if found else [sys.executable, "-m", "uv"]
 
 
-def peer_python(peer: Peer) -> Path:
-    """The peer environment's Python, built on first use (a minute or two with a warm uv cache)."""
-    key = hashlib.sha256(json.dumps([sys.version_info[:2], *peer.pins]).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("EVALFLOW_CACHE_DIR", Path.home() / ".cache" / "evalflow")) / "bench-peers"
+def throwaway_venv(group: str, name: str, pins: Sequence[str], *, no_deps: bool = False) -> Path:
+    """The Python of a virtual environment holding `pins` (and, unless `no_deps`, what they depend on),
+    built on first use under `~/.cache/evalflow/<group>/<name>-<key of the pins>` (file-locked, so
+    processes share it) and reused; a build that failed half-way is started again."""
+    key = hashlib.sha256(json.dumps(list(pins)).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("EVALFLOW_CACHE_DIR", Path.home() / ".cache" / "evalflow")) / group
     root.mkdir(parents=True, exist_ok=True)
-    venv = root / f"{peer.driver.stem}-{key}"
+    venv = root / f"{name}-{key}"
     python = venv / "bin" / "python"
     with FileLock(str(root / f"{venv.name}.lock")):
         if (venv / "evalflow-ready").exists():
             return python
         shutil.rmtree(venv, ignore_errors=True)
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-        print(f"building the {peer.name} environment in {venv} ...", file=sys.stderr, flush=True)
+        print(f"building {venv} ({', '.join(pins)}) ...", file=sys.stderr, flush=True)
         subprocess.run([*_uv(), "venv", "-q", "-p", sys.executable, str(venv)], check=True, env=env)
-        subprocess.run([*_uv(), "pip", "install", "-q", "--python", str(python), *peer.pins], check=True, env=env)
-        (venv / "evalflow-ready").write_text("\n".join(peer.pins) + "\n")
+        install = [*_uv(), "pip", "install", "-q", "--python", str(python), *(["--no-deps"] if no_deps else [])]
+        subprocess.run([*install, *pins], check=True, env=env)
+        (venv / "evalflow-ready").write_text("\n".join(pins) + "\n")
     return python
+
+
+def peer_python(peer: Peer) -> Path:
+    """The peer environment's Python (a minute or two to build with a warm uv cache)."""
+    return throwaway_venv("bench-peers", peer.driver.stem, peer.pins)
 
 
 def run_peer(peer: Peer, requests: Path, base_url: str, model: str, concurrency: int, args: list[str]) -> dict:

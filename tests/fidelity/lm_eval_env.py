@@ -12,14 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
-from filelock import FileLock
+from bench.peers.envs import throwaway_venv
 
 LM_EVAL_VERSION = "0.4.13"
 # What lm-eval's ifeval and minerva_math utilities import, pinned to evalflow's versions.
@@ -48,29 +46,9 @@ def pins() -> list[str]:
     return [f"lm-eval=={LM_EVAL_VERSION}", *(f"{name}=={version(name)}" for name in SHARED), *EXTRA]
 
 
-def _uv() -> list[str]:
-    found = shutil.which("uv")
-    return [found] if found else [sys.executable, "-m", "uv"]
-
-
 def lm_eval_python() -> Path:
     """The Python of the throwaway environment, built on first use (a minute with a warm uv cache)."""
-    wanted = pins()
-    key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("EVALFLOW_CACHE_DIR", Path.home() / ".cache" / "evalflow")) / "lm-eval"
-    root.mkdir(parents=True, exist_ok=True)
-    venv = root / f"{LM_EVAL_VERSION}-{key}"
-    python = venv / "bin" / "python"
-    with FileLock(str(root / f"{venv.name}.lock")):
-        if (venv / "evalflow-ready").exists():
-            return python
-        shutil.rmtree(venv, ignore_errors=True)
-        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-        subprocess.run([*_uv(), "venv", "-q", "-p", sys.executable, str(venv)], check=True, env=env)
-        install = [*_uv(), "pip", "install", "-q", "--python", str(python), "--no-deps"]
-        subprocess.run([*install, *wanted], check=True, env=env)
-        (venv / "evalflow-ready").write_text("\n".join(wanted) + "\n")
-    return python
+    return throwaway_venv("lm-eval", LM_EVAL_VERSION, pins(), no_deps=True)
 
 
 def score_with_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> list[dict]:
