@@ -164,6 +164,12 @@ def show(step: str, label: str, m: Measured) -> None:
     print(f"{step:>7} {label:<40} {m.seconds:8.1f} {m.completions / m.seconds:8.2f} {m.rate:9.0f} {per_k:10.2f}")
 
 
+def write_requests(path: Path, jobs: list[tuple[list, int]]) -> Path:
+    """The requests as the peers' drivers read them: [{"messages", "seed"}, ...]."""
+    path.write_text(json.dumps([{"messages": m, "seed": s} for m, s in jobs]))
+    return path
+
+
 def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
     """Find the raw client's best concurrency, then alternate it with each client in rounds.
 
@@ -172,17 +178,14 @@ def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
     env = get_env("gsm8k")
     rows = load_rows(str(env.default_dataset_path()), env, limit=args.prompts)
     jobs = [(env.messages(row), rollout_seed(1234, env.prompt_id(row), 0)) for row in rows]
-    requests = Path(tempfile.mkdtemp(prefix="bench-requests-")) / "requests.json"
-    requests.write_text(json.dumps([{"messages": m, "seed": s} for m, s in jobs]))
+    requests = write_requests(Path(tempfile.mkdtemp(prefix="bench-requests-")) / "requests.json", jobs)
     asyncio.run(raw_client(base_url, model, jobs[:16], 16, args))  # warm-up
     # evalflow's warm-up: the first flow in a process starts Prefect's ephemeral API, which keeps working
     # (and competing with a CPU server) for a while; deployments run against a long-running one instead
     evalflow_run(base_url, model, argparse.Namespace(**{**vars(args), "prompts": 16}), None)
     peers = list(PEERS) if args.peers else []
     for name in peers:  # builds its environment; a short run warms its imports
-        short = requests.with_name(f"warm-{name}.json")
-        short.write_text(json.dumps(json.loads(requests.read_text())[:16]))
-        peer_run(name, short, base_url, model, 16, args)
+        peer_run(name, write_requests(requests.with_name(f"warm-{name}.json"), jobs[:16]), base_url, model, 16, args)
 
     clients = {"evalflow": lambda conc: evalflow_run(base_url, model, args, None)[0]}
     for fixed in args.evalflow_fixed:
@@ -202,16 +205,12 @@ def measure(args: argparse.Namespace, base_url: str, model: str) -> None:
     for round_ in range(1, args.pairs + 1):
         step = f"round {round_}"
         for name, run in clients.items():
-            pair = []
-            for first in [True, False] if round_ % 2 else [False, True]:
-                label = f"raw c={best}" if first else name
-                m = raw_run(args, base_url, model, jobs, best) if first else run(best)
-                show(step, label, m)
-                runs.setdefault("raw" if first else name, []).append(m)
-                pair.append((first, m))
-            raw_m = next(m for first, m in pair if first)
-            ours = next(m for first, m in pair if not first)
-            ratios.setdefault(name, []).append(ours.rate / raw_m.rate)
+            pair: dict[str, Measured] = {}
+            for who in ("raw", name) if round_ % 2 else (name, "raw"):
+                pair[who] = raw_run(args, base_url, model, jobs, best) if who == "raw" else run(best)
+                show(step, f"raw c={best}" if who == "raw" else name, pair[who])
+                runs.setdefault(who, []).append(pair[who])
+            ratios.setdefault(name, []).append(pair[name].rate / pair["raw"].rate)
     summary(runs, ratios, best)
 
 
