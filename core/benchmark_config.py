@@ -14,6 +14,23 @@ from core.config_base import Strict as _Strict
 from core.config_base import absolute_path
 
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Request fields evalflow sets itself: an `extra_body` may not override them.
+RESERVED_REQUEST_FIELDS = frozenset({
+    "model", "messages", "prompt", "seed", "stop", "tools", "tool_choice", "temperature", "top_p", "max_tokens",
+    "max_completion_tokens", "n", "stream", "stream_options",
+})  # fmt: skip
+# Set through `thinking_budget` and `chat_template_kwargs`, where evalflow checks them.
+_OWN_FIELDS = {"thinking_token_budget": "thinking_budget", "chat_template_kwargs": "chat_template_kwargs"}
+
+
+def check_extra_body(value: dict[str, JsonValue], own: bool = False) -> dict[str, JsonValue]:
+    """An `extra_body` with no field evalflow sets itself (`own`: nor one a benchmark has a field for)."""
+    for key in value:
+        if key in RESERVED_REQUEST_FIELDS:
+            raise ValueError(f"extra_body.{key}: evalflow sets this request field itself; use its own setting")
+        if own and key in _OWN_FIELDS:
+            raise ValueError(f"extra_body.{key}: set it as benchmarks.N.{_OWN_FIELDS[key]}")
+    return value
 
 
 class BenchmarkConfig(_Strict):
@@ -45,6 +62,24 @@ class BenchmarkConfig(_Strict):
         ge=1,
         description="tokens per completion here (default: sampling.max_tokens); lm-eval's max_gen_toks",
     )
+    thinking: Literal["default", "on", "off"] = Field(
+        "default",
+        description="a reasoning model's thinking: on or off through the chat template's switch (model.reasoning."
+        "switch, enable_thinking for Qwen3), or the template's default",
+    )
+    thinking_budget: int | None = Field(
+        None,
+        ge=0,
+        description="the most reasoning tokens per completion (vLLM's thinking_token_budget: the server ends the "
+        "reasoning there and the model answers); needs server.reasoning_parser",
+    )
+    chat_template_kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="more keywords for the chat template (sent as chat_template_kwargs)"
+    )
+    extra_body: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="more request fields for this benchmark, sent as they are (e.g. structured_outputs, min_tokens)",
+    )
     on_long_prompt: Literal["fail", "skip"] = Field(
         "fail",
         description="a prompt (template and few-shot included) longer than server.max_model_len minus max_tokens: "
@@ -63,6 +98,26 @@ class BenchmarkConfig(_Strict):
         """The benchmark's name in records, batch paths, metrics and reports: its label, else the environment's
         own name (`gsm8k`; a class's or task's `name` when the config gives a reference)."""
         return self.label or self._env_name or self.name or ""
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        return check_extra_body(value, own=True)
+
+    def request_fields(self, switch: str) -> dict[str, JsonValue]:
+        """What this benchmark adds to each request: its extra_body, the template's keywords with the thinking
+        switch (`switch`: the template's keyword), the thinking budget."""
+        fields: dict[str, JsonValue] = dict(self.extra_body)
+        kwargs: dict[str, JsonValue] = dict(self.chat_template_kwargs)
+        if self.thinking != "default":
+            if switch in kwargs and kwargs[switch] != (self.thinking == "on"):
+                raise ValueError(f"chat_template_kwargs.{switch} contradicts thinking: {self.thinking}")
+            kwargs[switch] = self.thinking == "on"
+        if kwargs:
+            fields["chat_template_kwargs"] = kwargs
+        if self.thinking_budget is not None:
+            fields["thinking_token_budget"] = self.thinking_budget
+        return fields
 
     @field_validator("dataset")
     @classmethod
@@ -141,4 +196,5 @@ def benchmark_setting(b: BenchmarkConfig) -> tuple[str, ...]:
     return (
         json.dumps(b.env_ref, sort_keys=True, default=str),
         str(b.dataset), str(b.limit), str(b.max_tokens), json.dumps(b.options, sort_keys=True, default=str),
+        json.dumps(b.request_fields("enable_thinking"), sort_keys=True),
     )  # fmt: skip

@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, JsonValue, SecretStr, field_validator, model_validator
 
-from core.benchmark_config import BenchmarkConfig, benchmark_setting
+from core.benchmark_config import BenchmarkConfig, benchmark_setting, check_extra_body
 from core.config_base import URL_RE, absolute_path
 from core.config_base import Strict as _Strict
+from core.reasoning import ThinkTags
+from core.reasoning_parsers import check_reasoning_parser
 from core.training_steps import parse_steps
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -90,6 +92,11 @@ class ModelConfig(_Strict):
         None, description="the training run a checkpoint belongs to (default: from the run folder's name and place)"
     )
     step: int | None = Field(None, ge=0, description="the checkpoint's training step (set by the watcher per run)")
+    reasoning: ThinkTags = Field(
+        default_factory=ThinkTags,
+        description="how the model marks its reasoning (think tags, the template's thinking switch): the answer "
+        "after the reasoning is what gets scored",
+    )
 
     @field_validator("source")
     @classmethod
@@ -168,6 +175,11 @@ class ServerConfig(_Strict):
     tool_call_parser: str | None = Field(
         None, description="vLLM tool-call parser (e.g. hermes for Qwen3): enables tool calling on the server"
     )
+    reasoning_parser: str | None = Field(
+        None,
+        description="vLLM reasoning parser (--reasoning-parser, e.g. qwen3 or deepseek_r1): the server returns the "
+        "reasoning apart from the answer and counts its tokens; needed for benchmarks.N.thinking_budget",
+    )
     chat_template: str | None = Field(
         None,
         description="a Jinja chat template file for --chat-template (relative paths: from the repo root), e.g. "
@@ -181,6 +193,13 @@ class ServerConfig(_Strict):
         if value is not None and not chat_template_path(value).is_file():
             raise ValueError(f"no such file {value!r} (relative paths start at {REPO_ROOT})")
         return value
+
+    @model_validator(mode="after")
+    def _known_reasoning_parser(self) -> ServerConfig:
+        plugin = any(arg.startswith("--reasoning-parser-plugin") for arg in self.extra_args)
+        if self.reasoning_parser is not None and self.mode == "managed" and not plugin:
+            check_reasoning_parser(self.reasoning_parser, self.runtime)
+        return self
 
     @property
     def base_urls(self) -> list[str]:
@@ -208,17 +227,40 @@ class SamplingConfig(_Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(512, ge=1)
     seed: int = Field(1234, description="base seed; each rollout's seed is a hash of (seed, prompt id, repeat)")
+    extra_body: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="more request fields, sent as they are (vLLM's own, e.g. min_tokens, repetition_penalty, "
+        "structured_outputs); a benchmark's thinking settings and extra_body are added to these",
+    )
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_reserved_fields(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        return check_extra_body(value)
 
     def as_request(self) -> SamplingRequest:
-        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        request: SamplingRequest = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        if self.extra_body:
+            request["extra_body"] = self.extra_body
+        return request
+
+    def key_fields(self) -> dict[str, Any]:
+        """The fields as cache keys take them: `extra_body` only when it holds something, so the keys of batches
+        sampled before it existed stay what they were."""
+        dumped = self.model_dump(mode="json")
+        if not dumped["extra_body"]:
+            del dumped["extra_body"]
+        return dumped
 
 
-class SamplingRequest(TypedDict):
-    """The sampling parameters as a chat/completions request carries them."""
+class SamplingRequest(TypedDict, total=False):
+    """The sampling parameters as a chat/completions request carries them (`extra_body`: the openai client's
+    way of sending fields it does not know)."""
 
     temperature: float
     top_p: float
     max_tokens: int
+    extra_body: dict[str, JsonValue]
 
 
 class CollectionConfig(_Strict):
@@ -339,6 +381,15 @@ class EvalConfig(_Strict):
                 )
             if b.label is not None and b.label != b._env_name and b.label in ENVS:
                 raise ValueError(f"benchmarks.{i}.label: {b.key!r} names another environment; choose another label")
+            try:
+                b.request_fields(self.model.reasoning.switch)
+            except ValueError as exc:
+                raise ValueError(f"benchmarks.{i}: {exc}") from None
+            if b.thinking_budget is not None and self.server.mode == "managed" and not self.server.reasoning_parser:
+                raise ValueError(
+                    f"benchmarks.{i}.thinking_budget: vLLM ends reasoning at a budget only with a reasoning parser: "
+                    "set server.reasoning_parser (e.g. qwen3)"
+                )
             same = [j for j, o in enumerate(self.benchmarks[:i]) if benchmark_setting(o) == benchmark_setting(b)]
             if same:  # identical batches: they would share cache entries and count the same rollouts twice
                 raise ValueError(f"benchmarks.{i} ({b.key}) is the same setting as benchmarks.{same[0]}: remove one")

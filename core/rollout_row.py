@@ -32,10 +32,14 @@ class RolloutRow(TypedDict, total=False):
     sampling: dict[str, Any]
     messages: list[dict[str, Any]] | str
     completion: str | None
+    reasoning: str | None
     transcript: list[dict[str, Any]] | str | None
     finish_reason: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    reasoning_tokens: int | None
+    answer_tokens: int | None
+    ended_in_reasoning: bool | None
     turns: int
     tool_calls: int
     latency_s: float | None

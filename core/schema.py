@@ -28,7 +28,9 @@ from core.migrate import strip_unknown
 from errors import EvalflowError
 
 # Version 1: the files written before versions were recorded (no metadata key, the same columns).
-ROLLOUT_SCHEMA_VERSION = 2
+# 3: reasoning apart from the answer (reasoning, reasoning_tokens, answer_tokens, ended_in_reasoning); in older
+# files `completion` holds the whole text, think block included (core.reasoning splits it when they are rescored).
+ROLLOUT_SCHEMA_VERSION = 3
 SCHEMA_VERSION_KEY = b"evalflow.schema_version"
 # Version 3: env_metrics (declared by the environments) replace info_rates / info_outcomes.
 # 4: ci.accuracy clustered by prompt, accuracy_stderr, majority_vote. 5: metrics.json is a core.record.RunRecord
@@ -68,7 +70,13 @@ class RolloutRecord(BaseModel):
         description="the opening chat messages (JSON list), or the plain-completion prompt (JSON string)"
     )
     completion: str | None = Field(
-        None, description="the last assistant text; null when a single-turn rollout's request failed"
+        None,
+        description="the last assistant answer (after its reasoning: what the environment scored); null when a "
+        "single-turn rollout's request failed",
+    )
+    reasoning: str | None = Field(
+        None,
+        description="the last assistant turn's reasoning (its think block, without the tags); null when it has none",
     )
     transcript: Annotated[list[dict[str, Any]] | str | None, JSON] = Field(
         None,
@@ -78,6 +86,19 @@ class RolloutRecord(BaseModel):
     finish_reason: str | None = Field(None, description="the last response's finish reason (stop, length, ...)")
     prompt_tokens: int | None = Field(None, description="prompt tokens, summed over the turns of a conversation")
     completion_tokens: int | None = Field(None, description="generated tokens, summed over the turns")
+    reasoning_tokens: int | None = Field(
+        None,
+        description="generated tokens that were reasoning, summed over the turns: the server's count (a reasoning "
+        "parser's); 0 without reasoning; null when the server did not count it",
+    )
+    answer_tokens: int | None = Field(
+        None, description="generated tokens that were the answer: completion_tokens - reasoning_tokens"
+    )
+    ended_in_reasoning: bool | None = Field(
+        None,
+        description="the completion was cut off while reasoning (no end tag; no answer): reward 0 whatever the "
+        "reasoning says; null in files of schema version 2 and older",
+    )
     turns: Annotated[int, pa.int32()] = Field(description="assistant turns")
     tool_calls: Annotated[int, pa.int32()] = Field(description="tool calls the environment executed")
     latency_s: float | None = Field(None, description="seconds spent in requests, summed over the turns")

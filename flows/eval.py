@@ -326,6 +326,7 @@ def _context(prepared: Prepared, endpoint: Endpoint | None, server_ready: Any = 
         store=prepared.store,
         server_ready=server_ready,
         progress_interval_s=config.collection.progress_interval_s,
+        reasoning=config.model.reasoning,
     )
 
 

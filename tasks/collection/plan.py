@@ -12,6 +12,7 @@ from prefect.filesystems import WritableFileSystem
 from core import store as store_paths
 from core.config import EvalConfig, SamplingConfig
 from core.logs import get_logger
+from core.reasoning import ThinkTags
 from core.record import LongPrompts
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, SingleTurnEnv, canonical_json
@@ -45,14 +46,29 @@ def load_benchmarks(config: EvalConfig, store: Store) -> list[Benchmark]:
         places: dict[str, str] = {}
         rows = load_rows(source, env, opener=lambda url: store.open(url, "rb"), limit=bench.limit, places=places)
         get_logger().info("benchmark %s: %d prompts x %d repeats from %s", bench.key, len(rows), bench.repeats, source)
-        sampling = config.sampling
-        if bench.max_tokens is not None:
-            sampling = sampling.model_copy(update={"max_tokens": bench.max_tokens})
+        sampling = bench_sampling(config, i)
         ref = bench.env_ref if isinstance(bench.env_ref, str) else "inline task"
         benchmarks.append(
             Benchmark(bench.key, env, rows, bench.repeats, sampling, places, bench.on_long_prompt, env_ref=ref)
         )
     return benchmarks
+
+
+def bench_sampling(config: EvalConfig, index: int) -> SamplingConfig:
+    """The run's sampling as benchmark `index` sends it: its own max_tokens, and its request fields (thinking on
+    or off, the thinking budget, template keywords, extra_body) over the run's extra_body."""
+    bench = config.benchmarks[index]
+    update: dict[str, Any] = {}
+    if bench.max_tokens is not None:
+        update["max_tokens"] = bench.max_tokens
+    fields = bench.request_fields(config.model.reasoning.switch)
+    if fields:
+        extra = dict(config.sampling.extra_body)
+        run_kwargs = extra.get("chat_template_kwargs")
+        if isinstance(run_kwargs, dict) and isinstance(fields.get("chat_template_kwargs"), dict):
+            fields["chat_template_kwargs"] = {**run_kwargs, **fields["chat_template_kwargs"]}  # type: ignore[dict-item]
+        update["extra_body"] = {**extra, **fields}
+    return config.sampling.model_copy(update=update) if update else config.sampling
 
 
 def _check_tool_choice(config: EvalConfig, index: int, env: Env) -> None:
@@ -65,6 +81,11 @@ def _check_tool_choice(config: EvalConfig, index: int, env: Env) -> None:
             f"benchmarks.{index} ({env.name}): tool calls with tool_choice auto need a tool-call parser on the "
             "server: set server.tool_call_parser (e.g. hermes), or options.tool_choice: required"
         )
+
+
+# Enters every batch key (not the generation key): the version of how a completion becomes the text scored.
+# 1: the answer after the reasoning (think tags split, a completion cut off while reasoning scores 0).
+ANSWER_SCORING = 1
 
 
 def rollout_seed(base_seed: int, prompt_id: str, repeat: int) -> int:
@@ -129,14 +150,18 @@ def batch_key(
     repeats: list[int],
     model_fingerprint: str,
     sampling: SamplingConfig,
+    tags: ThinkTags | None = None,
 ) -> str:
-    """Content key: env (name, version, options, templates), rows, repeats, model, sampling. Never the run."""
+    """Content key: env (name, version, options, templates), rows, repeats, model, sampling, how the answer is
+    taken from a completion (the think tags). Never the run."""
     payload = {
         "env": env.fingerprint(),
         "rows": rows_hash(rows),  # the canonical encoding of parquet's dates, bytes and decimals too
         "repeats": repeats,
         "model": model_fingerprint,
-        "sampling": sampling.model_dump(mode="json"),
+        "sampling": sampling.key_fields(),
+        # answers are scored without their reasoning (core/reasoning.py): batches scored before are scored again
+        "scored": [ANSWER_SCORING, (tags or ThinkTags()).model_dump(mode="json")],
     }
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
@@ -147,6 +172,7 @@ def generation_key(
     repeats: list[int],
     model_fingerprint: str,
     sampling: SamplingConfig,
+    tags: ThinkTags | None = None,
 ) -> str:
     """What determines a batch's completions: for a single-turn environment the requests themselves (each row's
     prompt id, which seeds it, its messages or plain prompt, the stop sequences), the repeats, the model and its
@@ -154,14 +180,14 @@ def generation_key(
     a change of scoring alone keeps this key. A multi-turn environment answers the model during the rollout: its
     whole fingerprint is part of the generation, which is then the batch key itself."""
     if not isinstance(env, SingleTurnEnv):
-        return batch_key(env, rows, repeats, model_fingerprint, sampling)
+        return batch_key(env, rows, repeats, model_fingerprint, sampling, tags)
     requests = [[env.prompt_id(row), env.prompt(row) or env.messages(row)] for row in rows]
     payload = {
         "requests": requests,
         "stop": env.stop(),
         "repeats": repeats,
         "model": model_fingerprint,
-        "sampling": sampling.model_dump(mode="json"),
+        "sampling": sampling.key_fields(),
     }
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
@@ -174,14 +200,15 @@ def plan_batches(
     batch_size: int,
     model_fingerprint: str,
     sampling: SamplingConfig,
+    tags: ThinkTags | None = None,
 ) -> list[Batch]:
     per_batch = max(1, batch_size // repeats)
     reps = list(range(repeats))
     batches = []
     for index, start in enumerate(range(0, len(rows), per_batch)):
         chunk = rows[start : start + per_batch]
-        key = batch_key(env, chunk, reps, model_fingerprint, sampling)
-        generation = generation_key(env, chunk, reps, model_fingerprint, sampling)
+        key = batch_key(env, chunk, reps, model_fingerprint, sampling, tags)
+        generation = generation_key(env, chunk, reps, model_fingerprint, sampling, tags)
         batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps), sampling, generation))
     return batches
 
@@ -213,7 +240,7 @@ def plan(
     for bench in benchmarks:
         for batch in plan_batches(
             bench.name, bench.env, bench.rows, bench.repeats, config.collection.batch_size, model_fingerprint,
-            bench.sampling or config.sampling,
+            bench.sampling or config.sampling, config.model.reasoning,
         ):  # fmt: skip
             record = lookup(storage, batch.cache_key)
             hit = None if record is None or record is STALE else BatchResult.from_record(record)

@@ -10,19 +10,34 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from core.logs import get_logger
+from core.reasoning import Split, ThinkTags, split_text
 from core.rollout_row import RolloutRow
 from core.schema import to_parquet_bytes
-from envs.base import Env, Score, SingleTurnEnv
-from tasks.collection.env_calls import checked_score, env_call
+from envs.base import Env, SingleTurnEnv
+from tasks.collection.answer_score import opened_by_prompt, score_answer
 from tasks.collection.failures import BatchFailed, FailureSummary, RolloutFailed
 from tasks.collection.plan import Batch, BatchResult, batch_url
 from tasks.collection.rollout import CollectContext
 
 
-async def _score(ctx: CollectContext, env: SingleTurnEnv, row: dict[str, Any], completion: str) -> Score:
-    scorer = getattr(env, "ascore", None) or env.score  # envs that score asynchronously (sandboxed code, sympy)
-    result = await env_call(env, "score", ctx.collection.env_timeout_s, scorer, row, completion)
-    return checked_score(env, "score", result)
+def stored_split(record: dict[str, Any], tags: ThinkTags, opened: bool) -> tuple[Split, dict[str, Any]]:
+    """A stored rollout's completion as reasoning and answer, and its token fields. Files of rollout schema 3 keep
+    them apart; in older ones (no `ended_in_reasoning`) the completion is the whole text, think block included,
+    and is split here (its token counts do not say which were reasoning)."""
+    if record.get("ended_in_reasoning") is not None:
+        split = Split(record.get("reasoning"), record.get("completion") or "", bool(record["ended_in_reasoning"]))
+        fields = {k: record.get(k) for k in ("reasoning", "reasoning_tokens", "answer_tokens", "ended_in_reasoning")}
+        return split, fields
+    split = split_text(record.get("completion") or "", tags, opened)
+    total = record.get("completion_tokens")
+    fields = {
+        "completion": split.answer,
+        "reasoning": split.reasoning,
+        "reasoning_tokens": 0 if split.reasoning is None else None,
+        "answer_tokens": total if split.reasoning is None else None,
+        "ended_in_reasoning": split.ended_in_reasoning,
+    }
+    return split, fields
 
 
 async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source: BatchResult) -> BatchResult:
@@ -38,13 +53,17 @@ async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source
         raise RuntimeError(f"{source.url} lacks {len(missing)} rollouts of batch {batch.index} (e.g. {missing[0]})")
     records: list[RolloutRow] = []
     failures: list[RolloutFailed] = []
+    opened = opened_by_prompt(ctx.reasoning, (batch.sampling or ctx.sampling).extra_body)
     for pid, repeat, row in wanted:
         record: RolloutRow = old[(pid, repeat)]  # type: ignore[assignment]
+        split, fields = stored_split(record, ctx.reasoning, opened)
         try:
-            score = await _score(ctx, env, row, record.get("completion") or "")
+            score = await score_answer(env, row, split, ctx.reasoning, ctx.collection.env_timeout_s)
         except RolloutFailed as failure:  # an environment error: counted, never part of a result
             failures.append(failure)
             continue
+        if record.get("completion") is not None:  # a failed request's row (no completion) keeps its nulls
+            record.update(fields)  # type: ignore[typeddict-item]
         record.update(
             run_id=ctx.run_id, benchmark=batch.benchmark, env_version=env.version, batch_key=batch.key,
             reference=env.reference(row), reward=score.reward, success=score.success,

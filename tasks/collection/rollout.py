@@ -17,10 +17,12 @@ from typing import Any, TypedDict, Unpack
 import openai
 
 from core.config import CollectionConfig, SamplingConfig
+from core.reasoning import Split, ThinkTags, from_server
 from core.rollout_row import AssistantMessage, RolloutRow
 from core.schema import to_json
 from core.store import Store
 from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
+from tasks.collection.answer_score import opened_by_prompt, score_answer
 from tasks.collection.concurrency import Feed, Limiter, make_limiter, request_priority
 from tasks.collection.env_calls import checked_score, checked_turn, env_call
 from tasks.collection.failures import RolloutFailed, classify, describe
@@ -70,6 +72,8 @@ class CollectContext:
     # which open batches still have rollouts waiting for their first request (the scheduler opens the
     # next batch once none are left)
     feed: Feed = field(default_factory=Feed)
+    # how the model marks its reasoning: completions are split at these tags where the server did not split them
+    reasoning: ThinkTags = field(default_factory=ThinkTags)
     _pool: ReplicaPool | None = None
 
     @property
@@ -233,16 +237,23 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     except openai.APIStatusError as exc:  # only "too long" gets here: the prompt alone is over the context
         raise _prompt_too_long(ctx, exc, record["prompt_id"]) from None
     choice = response.choices[0]
-    raw = (choice.message.content if prompt is None else choice.text) or ""
-    completion = cut_at_stops(raw, stops[MAX_STOPS:])
-    finish_reason = "stop" if len(completion) < len(raw) else choice.finish_reason
-    scorer = getattr(env, "ascore", None) or env.score  # envs that score asynchronously (sandboxed code)
-    score = checked_score(env, "score", await env_call(env, "score", timeout, scorer, row, completion))
+    opened = opened_by_prompt(ctx.reasoning, sampling.extra_body)
+    if prompt is None:
+        split = from_server(
+            reasoning_of(choice.message), choice.message.content, choice.finish_reason, ctx.reasoning, opened
+        )
+    else:
+        split = from_server(None, choice.text, choice.finish_reason, ctx.reasoning, opened)
+    # stop sequences past the API's limit are cut here, from the answer (lm-eval cuts after removing the thinking)
+    completion = cut_at_stops(split.answer, stops[MAX_STOPS:])
+    finish_reason = "stop" if len(completion) < len(split.answer) else choice.finish_reason
+    split = Split(split.reasoning, completion, split.ended_in_reasoning)
+    score = await score_answer(env, row, split, ctx.reasoning, timeout)
     usage = response.usage
     if prompt is None:
-        transcript: Any = [*messages, {"role": "assistant", "content": completion}]
+        transcript: Any = [*messages, assistant_turn(completion, split.reasoning)]
     else:  # the whole text the model saw and wrote, as a JSON string
-        transcript = to_json(prompt + completion)
+        transcript = to_json(prompt + (choice.text or ""))
     return _scored(
         record,
         score,
@@ -250,10 +261,49 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         transcript=transcript,
         finish_reason=finish_reason,
         prompt_tokens=usage.prompt_tokens if usage else None,
-        completion_tokens=usage.completion_tokens if usage else None,
         turns=1,
         latency_s=latency,
+        **token_split(usage, split),
     )
+
+
+def reasoning_of(message: Any) -> str | None:
+    """The reasoning a server split off the answer: vLLM's `reasoning` field (`reasoning_content` on older vLLM,
+    SGLang and DeepSeek's API); None when the server did not split (no parser, or thinking off)."""
+    extra = getattr(message, "model_extra", None) or {}
+    for name in ("reasoning", "reasoning_content"):
+        value = extra.get(name, getattr(message, name, None))
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def token_split(usage: Any, split: Split) -> dict[str, Any]:
+    """Generated tokens, and how many of them were reasoning and answer: from the server's count where its parser
+    made one (usage.completion_tokens_details.reasoning_tokens); none in a completion without reasoning; else
+    unknown (None)."""
+    total = usage.completion_tokens if usage else None
+    details = getattr(usage, "completion_tokens_details", None) if usage else None
+    counted = getattr(details, "reasoning_tokens", None) if details is not None else None
+    reasoning = 0 if split.reasoning is None else counted
+    if reasoning is not None and total is not None:
+        reasoning = min(reasoning, total)
+    answer = total - reasoning if total is not None and reasoning is not None else None
+    return {
+        "completion_tokens": total,
+        "reasoning": split.reasoning,
+        "reasoning_tokens": reasoning,
+        "answer_tokens": answer,
+        "ended_in_reasoning": split.ended_in_reasoning,
+    }
+
+
+def assistant_turn(answer: str | None, reasoning: str | None) -> dict[str, Any]:
+    """The assistant's turn as the transcript keeps it: the answer as its content, the reasoning beside it."""
+    turn: dict[str, Any] = {"role": "assistant", "content": answer}
+    if reasoning is not None:
+        turn["reasoning"] = reasoning
+    return turn
 
 
 def _scored(record: RolloutRow, score: Score, **fields: Any) -> RolloutRow:
@@ -263,9 +313,10 @@ def _scored(record: RolloutRow, score: Score, **fields: Any) -> RolloutRow:
     return record
 
 
-def _assistant_message(message: Any) -> AssistantMessage:
-    """The assistant turn as a plain chat message (tool calls kept, so the next request carries them)."""
-    out: AssistantMessage = {"role": "assistant", "content": message.content}
+def _assistant_message(message: Any, answer: str | None) -> AssistantMessage:
+    """The assistant turn as a plain chat message with its answer as the content (tool calls kept, so the next
+    request carries them)."""
+    out: AssistantMessage = {"role": "assistant", "content": answer if answer or message.content is not None else None}
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
@@ -289,15 +340,21 @@ async def _multi_turn(
     """
     timeout = ctx.collection.env_timeout_s
     episode = await env_call(env, "reset", timeout, env.reset, row)
-    messages = list(episode.messages)
+    messages = list(episode.messages)  # the transcript: assistant turns keep their reasoning beside the answer
     record["messages"] = list(episode.messages)
     tools, tool_choice = env.tools(), env.tool_choice()
+    opened = opened_by_prompt(ctx.reasoning, sampling.extra_body)
     prompt_tokens = completion_tokens = 0
+    reasoning_tokens: int | None = 0
     latency = 0.0
     finish_reason = None
     completion = ""
+    last = Split(None, "", False)
     for turn in range(env.max_turns):
-        kwargs: ChatRequest = {"messages": messages, "seed": (seed + turn) & 0x7FFFFFFF}
+        # earlier reasoning is not sent back: the answers are the conversation (a template that wants the
+        # reasoning of earlier turns, as Qwen3's inside a tool loop, gets none)
+        sent = [{k: v for k, v in m.items() if k != "reasoning"} for m in messages]
+        kwargs: ChatRequest = {"messages": sent, "seed": (seed + turn) & 0x7FFFFFFF}
         if tools:
             kwargs["tools"] = tools
             if tool_choice is not None:
@@ -313,14 +370,21 @@ async def _multi_turn(
             break
         latency += took
         record["turns"] = turn + 1
+        choice = response.choices[0]
+        finish_reason = choice.finish_reason
+        last = from_server(reasoning_of(choice.message), choice.message.content, finish_reason, ctx.reasoning, opened)
+        counts = token_split(response.usage, last)
         if response.usage:
             prompt_tokens += response.usage.prompt_tokens
             completion_tokens += response.usage.completion_tokens
-        choice = response.choices[0]
-        finish_reason = choice.finish_reason
-        assistant = _assistant_message(choice.message)
-        completion = assistant["content"] or completion
-        messages.append(assistant)
+        turn_reasoning = counts["reasoning_tokens"]
+        reasoning_tokens = (
+            None if reasoning_tokens is None or turn_reasoning is None else reasoning_tokens + turn_reasoning
+        )
+        assistant = _assistant_message(choice.message, last.answer)
+        completion = last.answer or completion
+        messages.append({**assistant, **({"reasoning": last.reasoning} if last.reasoning is not None else {})})
+        # the environment reads the answer only (tool calls included), never the reasoning
         step = checked_turn(env, await env_call(env, "step", timeout, episode.step, assistant))
         messages.extend(step.messages)
         if step.done:
@@ -334,6 +398,10 @@ async def _multi_turn(
         finish_reason=finish_reason,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        reasoning=last.reasoning,
+        reasoning_tokens=reasoning_tokens,
+        answer_tokens=None if reasoning_tokens is None else completion_tokens - reasoning_tokens,
+        ended_in_reasoning=last.ended_in_reasoning,
         tool_calls=int(score.info.get("tool_calls", 0)),
         latency_s=latency,
     )

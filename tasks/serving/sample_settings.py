@@ -48,6 +48,8 @@ def sample_settings(cfg: ServerConfig) -> dict[str, Any]:
     flags = flag_values(cfg.extra_args)
     if "--dtype" in flags:  # extra args come last on the command line: vLLM takes them
         settings["dtype"] = flags.pop("--dtype")
+    if cfg.reasoning_parser:  # the parser adjusts requests (qwen3 keeps special tokens in the text)
+        settings["reasoning_parser"] = cfg.reasoning_parser
     if cfg.chat_template:  # the prompt text the model sees: keyed by the template's content, not its path
         content = chat_template_path(cfg.chat_template).read_bytes()
         settings["chat_template"] = hashlib.sha256(content).hexdigest()[:16]

@@ -124,6 +124,8 @@ class VLLMServer:
                 cmd += ["--data-parallel-size", str(self.cfg.data_parallel_size)]
         if self.cfg.tool_call_parser:  # e.g. hermes for Qwen3: the server turns tool-call text into tool_calls
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", self.cfg.tool_call_parser]
+        if self.cfg.reasoning_parser:  # e.g. qwen3: the reasoning comes back apart from the answer, its tokens counted
+            cmd += ["--reasoning-parser", self.cfg.reasoning_parser]
         if self.cfg.chat_template:
             cmd += ["--chat-template", str(chat_template_path(self.cfg.chat_template))]
         return cmd + list(self.cfg.extra_args)

@@ -28,6 +28,7 @@ try:
 except ImportError:  # vLLM before the launchers package
     from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.tool_parsers import ToolParserManager
+from vllm.reasoning import ReasoningParserManager
 
 out = []
 for argv in json.load(sys.stdin):
@@ -38,6 +39,8 @@ for argv in json.load(sys.stdin):
         validate_parsed_serve_args(args)
         if args.tool_call_parser:
             ToolParserManager.get_tool_parser(args.tool_call_parser)
+        if getattr(args, "reasoning_parser", None):
+            ReasoningParserManager.get_reasoning_parser(args.reasoning_parser)
         out.append(None)
     except SystemExit:  # argparse: "prog: error: ...", pydantic's details on the lines after it
         lines = [line.strip() for line in err.getvalue().splitlines() if line.strip()]

@@ -97,8 +97,9 @@ def test_parquet_bytes_carry_the_version() -> None:
 def test_check_schema_version() -> None:
     assert check_schema_version("a.parquet", None) == 1
     assert check_schema_version("a.parquet", b"2") == 2
-    with pytest.raises(SchemaVersionError, match=r"^s3://b/x\.parquet: rollout schema version 3 is not supported"):
-        check_schema_version("s3://b/x.parquet", b"3")
+    assert check_schema_version("a.parquet", b"3") == 3
+    with pytest.raises(SchemaVersionError, match=r"^s3://b/x\.parquet: rollout schema version 4 is not supported"):
+        check_schema_version("s3://b/x.parquet", b"4")
     with pytest.raises(SchemaVersionError, match="unreadable rollout schema version 'two'"):
         check_schema_version("a.parquet", "two")
 

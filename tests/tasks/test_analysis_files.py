@@ -24,7 +24,7 @@ def outcomes(make_rollout, prompt_id: str, successes: list[bool]) -> list[dict]:
 def test_every_batch_file_carries_the_schema_version(make_rollout, write_batch) -> None:
     path = write_batch([make_rollout()])
     assert pq.read_metadata(path).metadata[SCHEMA_VERSION_KEY] == str(ROLLOUT_SCHEMA_VERSION).encode()
-    assert ROLLOUT_SCHEMA_VERSION == 2
+    assert ROLLOUT_SCHEMA_VERSION == 3
 
 
 def test_a_version_1_file_without_metadata_still_analyses(make_rollout, tmp_path: Path, local_store) -> None:
@@ -41,9 +41,9 @@ def test_a_version_1_file_without_metadata_still_analyses(make_rollout, tmp_path
 def test_a_file_of_a_newer_schema_is_refused_naming_it(make_rollout, write_batch, tmp_path: Path, local_store) -> None:
     newer = tmp_path / "from-the-future.parquet"
     table = to_table([make_rollout()])
-    pq.write_table(table.replace_schema_metadata({SCHEMA_VERSION_KEY: b"3"}), newer)
+    pq.write_table(table.replace_schema_metadata({SCHEMA_VERSION_KEY: b"4"}), newer)
     files = [write_batch([make_rollout(prompt_id="ok")]), str(newer)]
-    message = rf"{newer}: rollout schema version 3 is not supported \(this evalflow reads 1 to 2\)"
+    message = rf"{newer}: rollout schema version 4 is not supported \(this evalflow reads 1 to 3\)"
     with pytest.raises(SchemaVersionError, match=message):
         compute_metrics(files, local_store)
     with pytest.raises(SchemaVersionError, match=message):
@@ -85,7 +85,7 @@ def test_browser_rows_hold_the_asked_columns(make_rollout, write_batch, local_st
     assert frame.columns == ["prompt_id", "repeat", "completion", "pick"]
     assert sorted(zip(frame["prompt_id"], frame["repeat"], strict=True)) == [("a", 0), ("b", 0), ("b", 1)]
     assert frame["pick"].to_list() == [1, 2, 3]  # priority order
-    assert sample_rollouts(files, local_store, ROLLOUT_SCHEMA.names, n=10).width == len(ROLLOUT_SCHEMA) + 1 == 27
+    assert sample_rollouts(files, local_store, ROLLOUT_SCHEMA.names, n=10).width == len(ROLLOUT_SCHEMA) + 1 == 31
     assert sample_rollouts([], local_store, ["reward"], n=10).columns == ["reward", "pick"]
 
 
