@@ -34,8 +34,9 @@ ROLLOUT_SCHEMA_VERSION = 3
 SCHEMA_VERSION_KEY = b"evalflow.schema_version"
 # Version 3: env_metrics (declared by the environments) replace info_rates / info_outcomes.
 # 4: ci.accuracy clustered by prompt, accuracy_stderr, majority_vote. 5: metrics.json is a core.record.RunRecord
-# (typed run_info and comparison); every document model refuses unknown keys.
-METRICS_SCHEMA_VERSION = 5
+# (typed run_info and comparison); every document model refuses unknown keys. 6: `reasoning` per benchmark, the
+# reasoning_tokens / answer_tokens distributions, parse_error_rate without the rollouts cut off while reasoning.
+METRICS_SCHEMA_VERSION = 6
 
 
 class SchemaVersionError(EvalflowError, ValueError):
@@ -350,6 +351,38 @@ class EnvMetric(_Doc):
     counts: dict[str, int] | None = None
 
 
+class ReasoningBucket(_Doc):
+    """The rollouts whose reasoning length falls in one quartile of the benchmark's: does longer thinking help?"""
+
+    low: int  # reasoning tokens, inclusive
+    high: int
+    n: int
+    prompts: int
+    accuracy: float | None
+    ci: ClusteredInterval | None = None
+
+
+class ReasoningStats(_Doc):
+    """A reasoning model's thinking, over one benchmark's rollouts (present where some rollout reasoned).
+
+    `with_reasoning` counts the rollouts that have a reasoning block (or were cut off inside one); `ended_in_reasoning`
+    those cut off while reasoning (no answer: reward 0), `at_limit` of them by the token limit; the rate is over
+    every rollout, with a Wilson interval. Token means are over the rollouts with reasoning whose tokens were
+    counted (`counted`). `by_length`: accuracy by reasoning-length quartile, clustered by prompt.
+    """
+
+    with_reasoning: int = 0
+    counted: int = 0
+    ended_in_reasoning: int = 0
+    at_limit: int = 0
+    ended_in_reasoning_rate: float | None = None
+    ended_in_reasoning_ci: Interval | None = None
+    reasoning_tokens_mean: float | None = None
+    answer_tokens_mean: float | None = None
+    reasoning_share: float | None = None  # reasoning tokens / generated tokens, over the counted rollouts
+    by_length: list[ReasoningBucket] = Field(default_factory=list)
+
+
 class BenchmarkMetrics(_Doc):
     n_prompts: int
     n_rollouts: int
@@ -377,6 +410,7 @@ class BenchmarkMetrics(_Doc):
     reward_by_tool_calls: list[ToolCallBucket] = Field(default_factory=list)
     per_prompt: list[PromptRow] = Field(default_factory=list)
     env_metrics: list[EnvMetric] = Field(default_factory=list)
+    reasoning: ReasoningStats | None = None
 
     def env_metric(self, key: str) -> EnvMetric | None:
         return next((m for m in self.env_metrics if m.key == key), None)

@@ -26,6 +26,8 @@ METRIC_COLUMNS = (
     "tool_calls",
     "latency_s",
 )
+# Columns of rollout schema 3 (core/schema.py), read as null from older files: name -> DuckDB type.
+NEWER_COLUMNS = {"reasoning_tokens": "BIGINT", "answer_tokens": "BIGINT", "ended_in_reasoning": "BOOLEAN"}
 
 
 def duckdb_path(url: str) -> str:
@@ -91,15 +93,21 @@ def load(con: duckdb.DuckDBPyConnection, files: list[str], env_keys: Mapping[str
     dense rank by repeat alone, so a duplicate never takes the place of the next repeat.
     """
     check_versions(con, files)
-    cols = ", ".join(f'"{c}"' for c in METRIC_COLUMNS)
     params = {"files": [duckdb_path(f) for f in files]}
+    try:
+        present = {row[0] for row in con.execute("SELECT DISTINCT name FROM parquet_schema($files)", params).fetchall()}
+    except (duckdb.Error, OSError) as exc:
+        raise read_error(files, exc) from exc
+    newer = [f'"{c}"' if c in present else f'NULL::{t} AS "{c}"' for c, t in NEWER_COLUMNS.items()]
+    cols = ", ".join([*(f'"{c}"' for c in METRIC_COLUMNS), *newer])
     try:
         con.execute(
             f"""
             CREATE TEMP TABLE rollouts AS
             SELECT * EXCLUDE (prev_repeat),
                    CASE WHEN error IS NULL THEN reward ELSE 0.0 END AS eff_reward,
-                   coalesce(success AND error IS NULL, false) AS ok
+                   coalesce(success AND error IS NULL, false) AS ok,
+                   coalesce(ended_in_reasoning OR reasoning_tokens > 0, false) AS has_reasoning
             FROM (
                 SELECT {cols}, {_env_values(env_keys or {})}::VARCHAR[] AS env, lag(repeat) OVER w AS prev_repeat,
                        dense_rank() OVER (PARTITION BY benchmark, prompt_id ORDER BY repeat) AS pos

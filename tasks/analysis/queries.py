@@ -27,8 +27,11 @@ DISTRIBUTION_COLUMNS = {  # name in metrics -> SQL expression (over the deduplic
     "prompt_tokens": "prompt_tokens",
     "completion_tokens": "completion_tokens",
     "latency_s": "latency_s",
+    # over the rollouts that reasoned (a model that does not think has no such distributions)
+    "reasoning_tokens": "(CASE WHEN has_reasoning THEN reasoning_tokens END)",
+    "answer_tokens": "(CASE WHEN has_reasoning THEN answer_tokens END)",
 }
-_INTEGER_COLUMNS = {"prompt_tokens", "completion_tokens"}
+_INTEGER_COLUMNS = {"prompt_tokens", "completion_tokens", "reasoning_tokens", "answer_tokens"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +170,8 @@ SELECT benchmark,
        max(eff_reward) AS reward_max,
        median(eff_reward) AS reward_median,
        stddev_pop(eff_reward) AS reward_std,
-       avg((parsed_answer IS NULL AND error IS NULL)::DOUBLE) AS parse_error_rate,
+       avg((parsed_answer IS NULL AND error IS NULL AND NOT coalesce(ended_in_reasoning, false))::DOUBLE)
+           AS parse_error_rate,
        count(error) AS error_count,
        avg((error IS NOT NULL)::DOUBLE) AS error_rate,
        avg(prompt_tokens) AS prompt_mean,
@@ -367,9 +371,9 @@ def _histogram_counts(
     )
     found = con.execute(
         f"""
-        SELECT r.benchmark, least(floor((r.{expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin, count(*) AS count
+        SELECT r.benchmark, least(floor(({expr} - b.lo) / b.width)::BIGINT, b.nbins - 1) AS bin, count(*) AS count
         FROM rollouts r JOIN (VALUES {layout}) b(benchmark, lo, width, nbins) USING (benchmark)
-        WHERE r.{expr} IS NOT NULL GROUP BY ALL
+        WHERE ({expr}) IS NOT NULL GROUP BY ALL
         """
     ).fetchall()
     for bench, index, count in found:
@@ -401,3 +405,74 @@ def distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Distrib
                 histogram=Histogram(edges=[lo + i * width for i in range(count + 1)], counts=histograms[bench]),
             )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningRow(BenchmarkRow):
+    """A benchmark's reasoning counts (REASONING_SQL)."""
+
+    n: int
+    with_reasoning: int
+    counted: int
+    ended: int
+    at_limit: int
+    reasoning_mean: float | None
+    answer_mean: float | None
+    reasoning_share: float | None
+
+
+# Only benchmarks where some rollout reasoned get a row.
+REASONING_SQL = """
+SELECT benchmark, count(*) AS n,
+       count(*) FILTER (WHERE has_reasoning) AS with_reasoning,
+       count(*) FILTER (WHERE has_reasoning AND reasoning_tokens IS NOT NULL) AS counted,
+       count(*) FILTER (WHERE ended_in_reasoning AND error IS NULL) AS ended,
+       count(*) FILTER (WHERE ended_in_reasoning AND error IS NULL AND finish_reason = 'length') AS at_limit,
+       avg(reasoning_tokens) FILTER (WHERE has_reasoning) AS reasoning_mean,
+       avg(answer_tokens) FILTER (WHERE has_reasoning) AS answer_mean,
+       sum(reasoning_tokens) FILTER (WHERE has_reasoning) / nullif(sum(completion_tokens) FILTER (
+           WHERE has_reasoning AND reasoning_tokens IS NOT NULL), 0) AS reasoning_share
+FROM rollouts GROUP BY benchmark HAVING count(*) FILTER (WHERE has_reasoning) > 0 ORDER BY benchmark
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningLengthRow(BenchmarkRow):
+    """Accuracy over the rollouts in one reasoning-length quartile (REASONING_BY_LENGTH_SQL), clustered SE."""
+
+    bucket: int
+    low: int
+    high: int
+    n: int
+    prompts: int
+    accuracy: float | None
+    se: float | None
+
+
+# Quartiles of reasoning length over the rollouts with counted reasoning (cut-off ones included: they are the
+# longest); per quartile, accuracy with its SE clustered by prompt, as accuracy's.
+REASONING_BY_LENGTH_SQL = """
+WITH ranked AS (
+    SELECT benchmark, prompt_id, ok, reasoning_tokens,
+           ntile(4) OVER (PARTITION BY benchmark ORDER BY reasoning_tokens, prompt_id, repeat) AS bucket
+    FROM rollouts WHERE has_reasoning AND reasoning_tokens IS NOT NULL AND error IS NULL
+), per_prompt AS (
+    SELECT benchmark, bucket, prompt_id, count(*) AS n, sum(ok::INT) AS s,
+           min(reasoning_tokens) AS lo, max(reasoning_tokens) AS hi
+    FROM ranked GROUP BY ALL
+)
+SELECT benchmark, bucket, min(lo) AS low, max(hi) AS high, sum(n)::BIGINT AS n, count(*) AS prompts,
+       any_value(mean) AS accuracy, sqrt(sum(power(s - n * mean, 2))) / sum(n) AS se
+FROM (SELECT *, sum(s) OVER b / sum(n) OVER b AS mean FROM per_prompt WINDOW b AS (PARTITION BY benchmark, bucket))
+GROUP BY benchmark, bucket ORDER BY benchmark, bucket
+"""
+
+
+def reasoning(con: duckdb.DuckDBPyConnection) -> dict[str, ReasoningRow]:
+    """Per benchmark that reasoned, its reasoning counts."""
+    return {row.benchmark: row for row in rows(con, REASONING_SQL, ReasoningRow)}
+
+
+def reasoning_by_length(con: duckdb.DuckDBPyConnection) -> dict[str, list[ReasoningLengthRow]]:
+    """Per benchmark, accuracy by reasoning-length quartile."""
+    return by_benchmark(rows(con, REASONING_BY_LENGTH_SQL, ReasoningLengthRow))
