@@ -38,6 +38,9 @@ COLUMNS = [
     "reference",
     "finish_reason",
     "completion",
+    "reasoning",
+    "ended_in_reasoning",
+    "reasoning_tokens",
     "messages",
     "transcript",
     "info",
@@ -115,17 +118,20 @@ class BrowserCall(TypedDict):
 
 
 class BrowserTurn(TypedDict, total=False):
-    """One turn of a conversation: `role`, `x` (the index of its text), tool `calls`, the answered call `id`."""
+    """One turn of a conversation: `role`, `x` (the index of its text), `k` (its reasoning's, shown folded above
+    it), tool `calls`, the answered call `id`."""
 
     role: str
     x: int | None
+    k: int | None
     calls: list[BrowserCall]
     id: str
 
 
 class BrowserRow(TypedDict, total=False):
     """One sampled rollout, keyed as static/browser.js reads it (short keys keep the page small): b benchmark
-    index, p prompt id, r repeat, o outcome, w reward, t completion tokens, n turns, c tool calls, a parsed
+    index, p prompt id, r repeat, o outcome (correct, wrong, truncated while reasoning, error), w reward, t
+    completion tokens, k reasoning tokens, n turns, c tool calls, a parsed
     answer, ref reference, f finish reason, l latency, e error text, m turns, i info text, fb Tetris' final
     board text."""
 
@@ -135,6 +141,7 @@ class BrowserRow(TypedDict, total=False):
     o: str
     w: float
     t: int | None
+    k: int | None
     n: int
     c: int
     a: str | None
@@ -183,6 +190,8 @@ def _turn(message: Any, texts: _Texts) -> BrowserTurn:
             call["args"] = texts.add(call["args"])
     if message.get("tool_call_id"):
         turn["id"] = str(message["tool_call_id"])
+    if isinstance(message.get("reasoning"), str):
+        turn["k"] = texts.add(message["reasoning"])
     return turn
 
 
@@ -209,13 +218,18 @@ def _turns(row: dict[str, Any], texts: _Texts) -> list[BrowserTurn]:
         turns = [] if messages is None else [{"role": "prompt", "x": texts.add(_text(messages))}]
         role = "completion"
     if row["completion"] is not None:
-        turns.append({"role": role, "x": texts.add(row["completion"])})
+        turn: BrowserTurn = {"role": role, "x": texts.add(row["completion"])}
+        if row.get("reasoning") is not None:
+            turn["k"] = texts.add(row["reasoning"])
+        turns.append(turn)
     return turns
 
 
 def _outcome(row: dict[str, Any]) -> str:
     if row["error"] is not None:
         return "error"
+    if row.get("ended_in_reasoning"):
+        return "truncated"
     return "correct" if row["success"] else "wrong"
 
 
@@ -229,6 +243,7 @@ def _row(row: dict[str, Any], bench: int, texts: _Texts) -> BrowserRow:
         "o": outcome,
         "w": 0.0 if outcome == "error" else row["reward"],  # as the analysis counts it
         "t": row["completion_tokens"],
+        "k": row.get("reasoning_tokens"),
         "n": row["turns"],
         "c": row["tool_calls"],
         "a": row["parsed_answer"],

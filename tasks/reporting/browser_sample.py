@@ -82,15 +82,26 @@ CHOSEN = """
 """
 
 
+_SQL_TYPES = {"string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER", "bool": "BOOLEAN", "double": "DOUBLE"}
+
+
 def sample_rollouts(files: list[str], store: Store, columns: list[str], n: int, dedupe: bool = True) -> pl.DataFrame:
     """Up to `n` rollouts per benchmark (`columns` plus `pick`, the priority), ordered by benchmark and pick."""
     if not files:
         return pl.from_arrow(ROLLOUT_SCHEMA.empty_table().select(columns)).with_columns(pick=pl.lit(0, pl.Int64))
     files_param = {"files": [duckdb_path(f) for f in files]}
-    select = ", ".join(f'r."{c}"' for c in columns)
     con = connect(files, store)
     try:
         check_versions(con, files)
+        # a column newer than every file (rollout schema 3's reasoning in an older run) reads as null
+        present = {
+            row[0] for row in con.execute("SELECT DISTINCT name FROM parquet_schema($files)", files_param).fetchall()
+        }
+        types = {f.name: f.type for f in ROLLOUT_SCHEMA}
+        select = ", ".join(
+            f'r."{c}"' if c in present or c not in types else f'NULL::{_SQL_TYPES[str(types[c])]} AS "{c}"'
+            for c in columns
+        )
         con.execute(KEYED + (NEWEST if dedupe else ""), {**files_param, "salt": SALT})
         (fewest,) = con.execute(
             "SELECT min(p) FROM (SELECT count(DISTINCT prompt_id) AS p FROM keyed GROUP BY ALL)"

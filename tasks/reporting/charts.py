@@ -186,6 +186,38 @@ def prompt_figure(bm: BenchmarkMetrics) -> tuple[go.Figure, str]:
     return per_prompt, f"Per-prompt success rates ({len(prompts):,} prompts)"
 
 
+def _reasoning_figures(bm: BenchmarkMetrics) -> list[tuple[go.Figure, str, str]]:
+    """Reasoning and answer tokens of the rollouts that reasoned, and accuracy by reasoning-length quartile."""
+    if bm.reasoning is None:
+        return []
+    tokens = go.Figure()
+    for col, label in (("reasoning_tokens", "reasoning"), ("answer_tokens", "answer")):
+        trace = _histogram(bm.distributions.get(col), label, opacity=0.7)
+        if trace:
+            tokens.add_trace(trace)
+    tokens.update_layout(barmode="overlay", xaxis_title="tokens", yaxis_title="rollouts")
+    figures = [(tokens, "reasoning-tokens", "Reasoning and answer tokens per rollout")]
+    buckets = bm.reasoning.by_length
+    if buckets:
+        values = [b.accuracy for b in buckets]
+        by_length = go.Figure(
+            go.Bar(
+                x=[f"{b.low:,}-{b.high:,}" for b in buckets],
+                y=values,
+                error_y=error_bars(values, [bounds(b.ci) for b in buckets]),
+                customdata=[b.n for b in buckets],
+                hovertemplate="%{x} reasoning tokens: accuracy %{y:.1%} (%{customdata} rollouts)<extra></extra>",
+            )
+        )
+        top = max([hi for b in buckets if (hi := bounds(b.ci)[1]) is not None] + [v or 0 for v in values] + [0.05])
+        by_length.update_layout(
+            xaxis_title="reasoning tokens (quartiles)", yaxis={"title": "accuracy", "tickformat": ".0%",
+                                                                "range": [0, min(1.05, top * 1.1)]},
+        )  # fmt: skip
+        figures.append((by_length, "accuracy-by-reasoning", "Accuracy by reasoning length (95% CI)"))
+    return figures
+
+
 def benchmark_charts(name: str, bm: BenchmarkMetrics) -> list[Chart]:
     """The benchmark's charts, all drawn from its metrics."""
     per_prompt, per_prompt_title = prompt_figure(bm)
@@ -206,6 +238,7 @@ def benchmark_charts(name: str, bm: BenchmarkMetrics) -> list[Chart]:
     latency.update_layout(xaxis_title="seconds", yaxis_title="rollouts", bargap=0.05)
     figures.append((latency, "latency", "Latency per rollout (s)"))
 
+    figures += _reasoning_figures(bm)
     if uses_tools(bm):
         by_tools = bm.reward_by_tool_calls
         tools = go.Figure(

@@ -12,8 +12,8 @@ from typing import Any
 from core import schema
 from core.record import Provenance, RunInfo, RunStatus
 from core.schema import BenchmarkMetrics, EnvMetric, PromptRow
-from tasks.reporting.format import clip, fmt_duration, fmt_interval, fmt_num, fmt_rate
-from tasks.reporting.headline import format_env_value, uses_tools
+from tasks.reporting.format import clip, fmt_ci, fmt_duration, fmt_interval, fmt_num, fmt_rate
+from tasks.reporting.headline import bounds, format_env_value, uses_tools
 from tasks.reporting.parts import Section, Table, count_table, kv_table
 
 MAX_PROMPT_IDS = 50  # never/always-succeeding prompt ids listed in the report (all are in metrics.json)
@@ -154,6 +154,50 @@ def _tokens_table(bm: BenchmarkMetrics) -> Table:
     return Table(["", "mean", "total", "min", "p50", "p95", "max"], rows)
 
 
+def _reasoning_sections(bm: BenchmarkMetrics) -> list[Section]:
+    """A reasoning model's thinking: how often it was cut off, how long it thought, and whether longer helped."""
+    r = bm.reasoning
+    if r is None:
+        return []
+    lo, hi = bounds(r.ended_in_reasoning_ci)
+    rows = [
+        ["rollouts that reasoned", f"{fmt_num(r.with_reasoning)} of {fmt_num(bm.n_rollouts)}"],
+        ["truncated while reasoning (no answer, reward 0)",
+         f"{fmt_num(r.ended_in_reasoning)} ({fmt_rate(r.ended_in_reasoning_rate)}, 95% CI {fmt_ci(lo, hi)}); "
+         f"{fmt_num(r.at_limit)} at the token limit"],
+        ["reasoning tokens, mean", fmt_num(r.reasoning_tokens_mean, 1)],
+        ["answer tokens, mean", fmt_num(r.answer_tokens_mean, 1)],
+        ["reasoning share of generated tokens", fmt_rate(r.reasoning_share)],
+    ]  # fmt: skip
+    note = (
+        ""
+        if r.counted == r.with_reasoning
+        else (f"token figures over the {fmt_num(r.counted)} rollouts whose reasoning tokens the server counted")
+    )
+    sections = [Section("Reasoning", Table(["", "value"], rows, note))]
+    if r.by_length:
+        sections.append(
+            Section(
+                "Accuracy by reasoning length",
+                Table(
+                    ["reasoning tokens", "rollouts", "prompts", "accuracy", "95% CI"],
+                    [
+                        [
+                            f"{b.low:,} to {b.high:,}",
+                            fmt_num(b.n),
+                            fmt_num(b.prompts),
+                            fmt_rate(b.accuracy),
+                            fmt_ci(*bounds(b.ci)),
+                        ]
+                        for b in r.by_length
+                    ],
+                    "quartiles of the rollouts' reasoning length; CI clustered by prompt",
+                ),
+            )
+        )
+    return sections
+
+
 def _latency_table(bm: BenchmarkMetrics) -> Table:
     lat = bm.latency_s
     values = {"p50": lat.p50, "p90": lat.p90, "p99": lat.p99, "mean": lat.mean, "max": lat.max}
@@ -203,6 +247,7 @@ def benchmark_sections(bm: schema.BenchmarkMetrics) -> list[Section]:
     if uses_tools(bm):
         sections += _tool_sections(bm)
     sections += _env_sections(bm)
+    sections += _reasoning_sections(bm)
     sections.append(Section("Finish reasons", count_table("finish reason", bm.finish_reasons, bm.n_rollouts)))
     if bm.errors:
         sections.append(Section("Errors", count_table("error", bm.errors, bm.n_rollouts)))

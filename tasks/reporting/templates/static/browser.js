@@ -20,7 +20,7 @@
   function haystack(r) {
     if (r.hay === undefined) {
       var parts = [r.p, r.a || '', text(r.e)];
-      r.m.forEach(function (t) { parts.push(text(t.x)); (t.calls || []).forEach(function (c) { parts.push(c.name, text(c.args)); }); });
+      r.m.forEach(function (t) { parts.push(text(t.x)); if (t.k !== undefined && t.k !== null) parts.push(text(t.k)); (t.calls || []).forEach(function (c) { parts.push(c.name, text(c.args)); }); });
       r.hay = parts.join('\n').toLowerCase();
     }
     return r.hay;
@@ -106,6 +106,12 @@
     var head = el('div', 'turn-head', t.role);
     if (t.id) head.appendChild(el('span', 'muted', ' · result of ' + t.id));
     box.appendChild(head);
+    if (t.k !== null && t.k !== undefined) {
+      var thought = el('details', 'reasoning');
+      thought.appendChild(el('summary', null, 'reasoning (' + text(t.k).length.toLocaleString() + ' characters)'));
+      textBlocks(text(t.k), thought);
+      box.appendChild(thought);
+    }
     if (t.x !== null && t.x !== undefined && text(t.x) !== '') textBlocks(text(t.x), box);
     (t.calls || []).forEach(function (c) {
       var call = el('div', 'tool-call');
@@ -121,7 +127,8 @@
     current = r;
     $('t-title').textContent = data.benchmarks[r.b] + ' · prompt ' + r.p + ' · repeat ' + r.r + ' · ' + r.o + ' · reward ' + r.w;
     $('t-meta').textContent = 'answer ' + (r.a === null ? '–' : r.a) + ' · reference ' + (r.ref === null ? '–' : r.ref) +
-      ' · finish ' + (r.f || '–') + ' · ' + (r.t === null ? '–' : r.t) + ' tokens · ' + r.n + ' turns · ' + r.c +
+      ' · finish ' + (r.f || '–') + ' · ' + (r.t === null ? '–' : r.t) + ' tokens' +
+      (r.k ? ' (' + r.k + ' reasoning)' : '') + ' · ' + r.n + ' turns · ' + r.c +
       ' tool calls · ' + (r.l === null ? '–' : r.l + ' s');
     var turns = $('t-turns');
     turns.textContent = '';
