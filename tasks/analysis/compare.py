@@ -26,9 +26,12 @@ Env rates compared are the current run's headline rates (declared headline by th
 higher is better), matched by key with the baseline's env metrics (a schema-2 baseline's info rates
 count, see core.schema.BenchmarkMetrics).
 
-``regression`` is true when the metric dropped and the delta's CI lies entirely below 0;
-``improvement`` the mirror image. Metrics of benchmarks present in only one run are listed under
-``missing``. pass@n/maj@n compare the largest k both runs report (the label says which k).
+A reasoning model's truncated-while-reasoning rate (both runs reasoned) is compared like an env rate, where
+lower is better: a rise whose CI lies above 0 is a regression.
+
+``regression`` is true when the metric dropped and the delta's CI lies entirely below 0 (rose and above 0 for the
+truncated-while-reasoning rate); ``improvement`` the mirror image. Metrics of benchmarks present in only one run
+are listed under ``missing``. pass@n/maj@n compare the largest k both runs report (the label says which k).
 """
 
 from __future__ import annotations
@@ -148,9 +151,19 @@ def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> ComparisonRow
 
 
 def _row(
-    label: str, kind: str, cur: float, base: float, delta_ci: tuple[float, Any, Any], ns: tuple[int, int], method: str
+    label: str,
+    kind: str,
+    cur: float,
+    base: float,
+    delta_ci: tuple[float, Any, Any],
+    ns: tuple[int, int],
+    method: str,
+    lower_is_better: bool = False,
 ) -> ComparisonRow:
     delta, low, high = delta_ci
+    worse, better = (delta > 0 and low is not None and low > 0), (delta < 0 and high is not None and high < 0)
+    if not lower_is_better:
+        worse, better = better, worse
     return ComparisonRow(
         label=label,
         kind=kind,  # type: ignore[arg-type]
@@ -162,8 +175,8 @@ def _row(
         high=high,
         n_current=ns[0],
         n_baseline=ns[1],
-        regression=bool(delta < 0 and high is not None and high < 0),
-        improvement=bool(delta > 0 and low is not None and low > 0),
+        regression=bool(worse),
+        improvement=bool(better),
     )
 
 
@@ -182,6 +195,18 @@ def compare_benchmark(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str
         delta_ci = _combine(m1, c1.low, c1.high, m0, c0.low, c0.high)
         ns = (cur.n_prompts, base.n_prompts)
         out["mean_reward"] = _row("mean reward", "mean", m1, m0, delta_ci, ns, "bootstrap-prompts")
+    r1, r0 = cur.reasoning, base.reasoning
+    if (
+        r1 is not None
+        and r0 is not None
+        and r1.ended_in_reasoning_rate is not None
+        and r0.ended_in_reasoning_rate is not None
+    ):
+        p1, p0, ns = r1.ended_in_reasoning_rate, r0.ended_in_reasoning_rate, (cur.n_rollouts, base.n_rollouts)
+        delta_ci = rate_delta(p1, ns[0], p0, ns[1])
+        out["ended_in_reasoning"] = _row(
+            "truncated while reasoning", "rate", p1, p0, delta_ci, ns, "newcombe", lower_is_better=True
+        )
     return out
 
 

@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 
 CURVE_FILES = {"html": "index.html", "markdown": "curve.md", "json": "curve.json"}
 # what a point keeps of each benchmark's metrics in curve.json, keyed as in metrics.json
-POINT_FIELDS = {"n_prompts", "n_rollouts", "accuracy", "pass_at_k", "maj_at_k", "mean_reward", "ci", "tokens"}
+POINT_FIELDS = {
+    "n_prompts", "n_rollouts", "accuracy", "pass_at_k", "maj_at_k", "mean_reward", "ci", "tokens", "reasoning",
+}  # fmt: skip
 CHANGES_NOTE = (
     "Consecutive steps compared as a run with its baseline: Δ 95% CI clustered by prompt for accuracy, "
     "Newcombe for pass@k and maj@k, bootstrap CIs in quadrature for mean reward; listed when it excludes 0."
@@ -226,9 +228,43 @@ def curve_charts(points: list[CurvePoint], name: str, index: int, best: int | No
     tokens = go.Figure()
     means = [bm.tokens.completion_mean for _, bm in mine]
     _series(tokens, steps, means, "completion tokens", "%{y:.1f} tokens per rollout<extra></extra>", _MAIN)
-    tokens.update_layout(yaxis={"title": "tokens per rollout", "rangemode": "tozero"}, showlegend=False)
+    thinks = any(bm.reasoning is not None for _, bm in mine)
+    if thinks:  # RL makes the thinking longer: reasoning and answer tokens apart
+        for key, label, color in (
+            ("reasoning_tokens_mean", "reasoning", "#ab63fa"),
+            ("answer_tokens_mean", "answer", "#00cc96"),
+        ):
+            values = [getattr(bm.reasoning, key) if bm.reasoning else None for _, bm in mine]
+            _series(
+                tokens,
+                steps,
+                values,
+                f"{label} tokens",
+                f"%{{y:.1f}} {label} tokens<extra></extra>",
+                {"color": color, "dash": "dot"},
+            )
+    tokens.update_layout(yaxis={"title": "tokens per rollout", "rangemode": "tozero"}, showlegend=thinks)
     figures = [(rates, "rates", "accuracy (95% CI) and pass@k"), (reward, "reward", "mean reward (95% CI)"),
-               (tokens, "tokens", "mean completion tokens")]  # fmt: skip
+               (tokens, "tokens", "mean completion tokens" + (", reasoning and answer" if thinks else ""))]  # fmt: skip
+    if thinks:
+        cut = go.Figure()
+        _band(
+            cut,
+            steps,
+            [bm.reasoning.ended_in_reasoning_ci if bm.reasoning else None for _, bm in mine],
+            "95% CI (Wilson)",
+        )
+        rates_cut = [bm.reasoning.ended_in_reasoning_rate if bm.reasoning else None for _, bm in mine]
+        _series(
+            cut,
+            steps,
+            rates_cut,
+            "truncated while reasoning",
+            "%{y:.2%} truncated while reasoning<extra></extra>",
+            _MAIN,
+        )
+        cut.update_layout(yaxis={"title": "share of rollouts", "tickformat": ".0%", "rangemode": "tozero"})
+        figures.append((cut, "truncated", "truncated while reasoning (95% CI)"))
     out = []
     for fig, suffix, title in figures:
         fig.update_layout(
@@ -270,8 +306,11 @@ def _format_metric(bm: BenchmarkMetrics, metric: str) -> str:
 def step_rows(points: list[CurvePoint], name: str, best: int | None, page: str) -> tuple[list[str], list[StepRow]]:
     """The steps x metrics table of one benchmark: header and rows."""
     ks = _ks(points, name)
+    thinks = any(name in p.benchmarks and p.benchmarks[name].reasoning is not None for p in points)
     header = ["step", "run", "accuracy", "95% CI (clustered)", *(f"pass@{k}" for k in ks), "mean reward", "95% CI",
               "completion tokens (mean)"]  # fmt: skip
+    if thinks:
+        header += ["reasoning tokens (mean)", "truncated while reasoning"]
     rows = []
     for p in points:
         bm = p.benchmarks.get(name)
@@ -281,6 +320,12 @@ def step_rows(points: list[CurvePoint], name: str, best: int | None, page: str) 
                  *(fmt_rate(bm.pass_at_k.get(k)) for k in ks), fmt_num(bm.mean_reward),
                  fmt_ci(bm.ci.mean_reward.low, bm.ci.mean_reward.high, rate=False),
                  fmt_num(bm.tokens.completion_mean, 1)]  # fmt: skip
+        if thinks:
+            r = bm.reasoning
+            cells += [
+                fmt_num(r.reasoning_tokens_mean if r else None, 1),
+                fmt_rate(r.ended_in_reasoning_rate if r else None),
+            ]
         rows.append(StepRow(cells, report_href(p.report, page), p.step == best))
     return header, rows
 
