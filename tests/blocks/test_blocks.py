@@ -68,7 +68,8 @@ def test_server_block_cannot_nest_blocks() -> None:
 def test_save_defaults_keeps_existing_blocks(prefect_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EVALFLOW_STORE_URL", raising=False)
     save_defaults(overwrite=True)
-    assert VLLMServerBlock.load("qwen3-4b-h100").settings.tool_call_parser == "hermes"
+    qwen = VLLMServerBlock.load("qwen3-4b-h100").settings
+    assert (qwen.tool_call_parser, qwen.reasoning_parser) == ("hermes", "qwen3")
     settings = VLLMServerBlock.load("cpu-smoke").settings
     assert (settings.extra_args[0], settings.chat_template) == (
         "--enforce-eager",

@@ -67,10 +67,12 @@ def test_every_block_and_deployment_command_parses_and_broken_ones_do_not() -> N
         [a for a in gpu if a not in ("--tool-call-parser", "hermes")],
         [*gpu, "--structured-outputs-config", '{"disable_any_whitespace": true, "backend": "outlines"}'],
         [a.replace("--data-parallel-size", "--data-paralel-size") for a in commands["tp 2 x dp 2"]],
+        [*gpu[: gpu.index("--reasoning-parser") + 1], "nosuchthinker", *gpu[gpu.index("--reasoning-parser") + 2 :]],
     ]
     verdicts = parse_results(CPU.python, [vllm_argv(c) for c in [*commands.values(), *broken]])
     assert dict(zip(commands, verdicts[: len(commands)], strict=True)) == dict.fromkeys(commands)
-    renamed, bad_parser, no_parser, bad_json, bad_dp = verdicts[len(commands) :]
+    renamed, bad_parser, no_parser, bad_json, bad_dp, bad_reasoning = verdicts[len(commands) :]
+    assert "nosuchthinker" in (bad_reasoning or ""), bad_reasoning
     assert "unrecognized arguments: --data-paralel-size" in (bad_dp or "")
     assert "unrecognized arguments: --tensor-paralel-size" in renamed
     assert "nosuchparser" in bad_parser
