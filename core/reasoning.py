@@ -60,11 +60,14 @@ class ThinkTags(BaseModel):
 
 @dataclass(frozen=True)
 class Split:
-    """A completion as reasoning (None: the completion has none) and answer."""
+    """A completion as reasoning (None: the completion has none) and answer. `tagged`: the completion itself opened
+    its reasoning with the start tag (false where the chat template opened it in the prompt, or where text came
+    before the tag of a block never closed, which the reasoning then keeps, tag and all)."""
 
     reasoning: str | None
     answer: str
     ended_in_reasoning: bool
+    tagged: bool = True
 
 
 def split_text(text: str, tags: ThinkTags, opened: bool = False) -> Split:
@@ -77,25 +80,35 @@ def split_text(text: str, tags: ThinkTags, opened: bool = False) -> Split:
         begin = reasoning_from
         if not starts and (first := text.find(tags.start, 0, end)) >= 0:  # text before an opening tag: dropped
             begin = first + len(tags.start)
-        return Split(text[begin:end], text[end + len(tags.end) :].lstrip(), False)
-    if starts or opened:
+        return _second_block(Split(text[begin:end], text[end + len(tags.end) :].lstrip(), False), tags)
+    if starts:
         return Split(text[reasoning_from:], "", True)
+    if opened or tags.start in text:  # opened in the prompt, or after some text: all reasoning, kept as written
+        return Split(text, "", True, tagged=False)
     return Split(None, text, False)
+
+
+def _second_block(split: Split, tags: ThinkTags) -> Split:
+    """A split whose answer opens another think block: that block is reasoning too (vLLM's parsers leave it in
+    the content; a second block is never the answer)."""
+    if split.reasoning is None or not split.answer.startswith(tags.start):
+        return split
+    inner = split_text(split.answer, tags)
+    assert inner.reasoning is not None
+    reasoning = split.reasoning + tags.end + (tags.start if inner.tagged else "") + inner.reasoning
+    return Split(reasoning, inner.answer, inner.ended_in_reasoning, split.tagged)
 
 
 def from_server(
     reasoning: str | None, content: str | None, finish_reason: str | None, tags: ThinkTags, opened: bool = False
 ) -> Split:
     """The server's split (vLLM's `reasoning` field beside `content`). Without a reasoning field (no parser, or
-    thinking off) the content is split here; content the parser left with tags of its own is split again."""
+    thinking off) the content is split here; an answer that opens a second think block is split again."""
     if reasoning is None:
         return split_text(content or "", tags, opened)
     answer = (content or "").lstrip()
-    if tags.end in answer or answer.startswith(tags.start):  # a second block the parser did not take
-        inner = split_text(answer, tags)
-        if inner.reasoning is not None:
-            return Split(reasoning + tags.end + inner.reasoning, inner.answer, inner.ended_in_reasoning)
-    return Split(reasoning, answer, not answer and finish_reason == "length")
+    split = Split(reasoning, answer, not answer and finish_reason == "length", tagged=not opened)
+    return _second_block(split, tags)
 
 
 def lm_eval_text(split: Split, tags: ThinkTags) -> str:
@@ -104,7 +117,7 @@ def lm_eval_text(split: Split, tags: ThinkTags) -> str:
     if split.reasoning is None:
         return split.answer
     if split.ended_in_reasoning:  # lm-eval keeps a completion with no end tag whole
-        return (tags.start + split.reasoning).lstrip()
+        return ((tags.start if split.tagged else "") + split.reasoning).lstrip()
     return split.answer.split(tags.end)[-1].lstrip()
 
 

@@ -25,7 +25,8 @@ def stored_split(record: dict[str, Any], tags: ThinkTags, opened: bool) -> tuple
     them apart; in older ones (no `ended_in_reasoning`) the completion is the whole text, think block included,
     and is split here (its token counts do not say which were reasoning)."""
     if record.get("ended_in_reasoning") is not None:
-        split = Split(record.get("reasoning"), record.get("completion") or "", bool(record["ended_in_reasoning"]))
+        ended = bool(record["ended_in_reasoning"])
+        split = Split(record.get("reasoning"), record.get("completion") or "", ended, tagged=not opened)
         fields = {k: record.get(k) for k in ("reasoning", "reasoning_tokens", "answer_tokens", "ended_in_reasoning")}
         return split, fields
     split = split_text(record.get("completion") or "", tags, opened)

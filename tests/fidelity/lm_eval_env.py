@@ -1,9 +1,10 @@
 """A throwaway virtual environment with lm-evaluation-harness 0.4.13, to score corpora with lm-eval's own code.
 
-Only the scoring utilities are needed (`lm_eval/tasks/ifeval/`, `lm_eval/tasks/minerva_math/utils.py`), so
-lm-eval is installed without its dependencies (datasets, evaluate, torch extras), beside exactly the versions
-of the libraries those utilities use that evalflow's own environment has (nltk, sympy, math-verify, the ANTLR
-runtime, langdetect, regex): a disagreement then comes from the two codes, never from two library versions.
+Only the scoring code is needed (`lm_eval/tasks/ifeval/`, `lm_eval/tasks/minerva_math/utils.py`, gsm8k's
+filters and exact_match, `lm_eval.models.utils.postprocess_generated_text`), so lm-eval is installed without
+its dependencies (datasets, evaluate, torch extras), beside exactly the versions of the libraries that code
+imports that evalflow's own environment has (nltk, sympy, math-verify, the ANTLR runtime, langdetect, regex,
+numpy, PyYAML, Jinja2, requests): a disagreement then comes from the two codes, never from two library versions.
 Built once per set of versions under `~/.cache/evalflow/lm-eval/` (file-locked, so xdist workers share it).
 """
 
@@ -20,7 +21,8 @@ from pathlib import Path
 from bench.peers.envs import throwaway_venv
 
 LM_EVAL_VERSION = "0.4.13"
-# What lm-eval's ifeval and minerva_math utilities import, pinned to evalflow's versions.
+# What lm-eval's ifeval and minerva_math utilities, its filters, metrics and lm_eval.utils (imported by
+# lm_eval.models.utils and the filter registry) import, pinned to evalflow's versions.
 SHARED = (
     "nltk",
     "regex",
@@ -35,6 +37,16 @@ SHARED = (
     "joblib",
     "tqdm",
     "six",
+    "numpy",
+    "pyyaml",
+    "jinja2",
+    "markupsafe",
+    "typing-extensions",
+    "requests",
+    "certifi",
+    "charset-normalizer",
+    "idna",
+    "urllib3",
 )
 EXTRA = ("immutabledict==4.2.1",)  # lm-eval's ifeval extra; evalflow does not use it
 SCORER = Path(__file__).with_name("lm_eval_score.py")
@@ -52,12 +64,19 @@ def lm_eval_python() -> Path:
 
 
 def score_with_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> list[dict]:
-    """lm-eval 0.4.13's verdicts for `{"task": "math"|"ifeval", "doc": {...}, "response": str}` items."""
+    """lm-eval 0.4.13's verdicts for `{"task": "math"|"ifeval"|"gsm8k", "doc": {...}, "response": str}` items
+    (with `"think_end_token"`: the response as lm-eval's `think_end_token` option reads it)."""
     return timed_lm_eval(items, seed_langdetect=seed_langdetect)[0]
 
 
+def _payload(items: list[dict]) -> str:
+    """What the scorer reads (an item without `think_end_token` as before, so its cached verdicts stay)."""
+    keys = ("task", "doc", "response", "think_end_token")
+    return "".join(json.dumps({k: item[k] for k in keys if k in item}) + "\n" for item in items)
+
+
 def _score(items: list[dict], seed_langdetect: bool) -> tuple[list[dict], float]:
-    payload = "".join(json.dumps({k: item[k] for k in ("task", "doc", "response")}) + "\n" for item in items)
+    payload = _payload(items)
     env = {**os.environ, "NLTK_DATA": str(NLTK_DATA)}
     env.pop("VIRTUAL_ENV", None)
     argv = [str(lm_eval_python()), str(SCORER), *(["--seed-langdetect"] if seed_langdetect else [])]
@@ -77,7 +96,7 @@ def timed_lm_eval(items: list[dict], *, seed_langdetect: bool = False) -> tuple[
     Kept under the cache root by what determines them (the items, the pinned versions, the scorer's source,
     the seed flag): lm-eval's verdicts on a fixed corpus cannot change, so a rerun scores evalflow's side only.
     """
-    payload = "".join(json.dumps({k: item[k] for k in ("task", "doc", "response")}) + "\n" for item in items)
+    payload = _payload(items)
     key = hashlib.sha256(json.dumps([payload, pins(), SCORER.read_text(), seed_langdetect]).encode()).hexdigest()[:16]
     cached = lm_eval_python().parent.parent / f"verdicts-{key}.json"
     if cached.exists():
