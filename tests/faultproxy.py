@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+MAX_BODIES = 1000
+
 
 @dataclass
 class Faults:
@@ -46,6 +48,7 @@ class FaultProxy:
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self.refuse = False  # reset every connection at once, any path: a replica that is gone
+        self.bodies: list[bytes] = []  # the chat completion requests' bodies, as sent (the last MAX_BODIES)
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     @property
@@ -86,6 +89,7 @@ class FaultProxy:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.counts.paths[path] = self.counts.paths.get(path, 0) + 1
                 if path.endswith("/chat/completions"):
+                    self.bodies = [*self.bodies[-(MAX_BODIES - 1) :], body]
                     outcome = await self._inject(writer)
                     if outcome == "closed":
                         return

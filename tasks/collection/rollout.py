@@ -17,6 +17,7 @@ from typing import Any, TypedDict, Unpack
 import openai
 
 from core.config import CollectionConfig, SamplingConfig
+from core.logs import get_logger
 from core.reasoning import Split, ThinkTags, from_server
 from core.rollout_row import AssistantMessage, RolloutRow
 from core.schema import to_json
@@ -74,6 +75,9 @@ class CollectContext:
     feed: Feed = field(default_factory=Feed)
     # how the model marks its reasoning: completions are split at these tags where the server did not split them
     reasoning: ThinkTags = field(default_factory=ThinkTags)
+    # whether the server answers /tokenize (vLLM's route: counts the reasoning tokens a server without a reasoning
+    # parser does not); False after the first refusal, so a server without the route is asked once
+    tokenize: bool = True
     _pool: ReplicaPool | None = None
 
     @property
@@ -263,7 +267,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         prompt_tokens=usage.prompt_tokens if usage else None,
         turns=1,
         latency_s=latency,
-        **token_split(usage, split),
+        **token_split(usage, split, await reasoning_tokens(ctx, usage, split)),
     )
 
 
@@ -278,14 +282,41 @@ def reasoning_of(message: Any) -> str | None:
     return None
 
 
-def token_split(usage: Any, split: Split) -> dict[str, Any]:
-    """Generated tokens, and how many of them were reasoning and answer: from the server's count where its parser
-    made one (usage.completion_tokens_details.reasoning_tokens); none in a completion without reasoning; else
-    unknown (None)."""
-    total = usage.completion_tokens if usage else None
+async def count_tokens(ctx: CollectContext, text: str) -> int | None:
+    """The tokens of `text` by the server's tokenizer (vLLM's /tokenize), or None where the server has no such
+    route (then it is not asked again). One small request, outside the generation limit."""
+    if not ctx.tokenize or not text:
+        return 0 if not text else None
+    replica = ctx.pool().pick()
+    if replica is None:
+        return None
+    root = replica.url.rstrip("/").removesuffix("/v1")
+    body = {"model": ctx.server.model, "prompt": text, "add_special_tokens": False}
+    try:
+        found = await replica.client.post(f"{root}/tokenize", cast_to=dict, body=body)
+        return int(found["count"])
+    except (openai.APIError, KeyError, TypeError, ValueError):
+        ctx.tokenize = False
+        get_logger().info("the server has no /tokenize: reasoning tokens are counted only by a reasoning parser")
+        return None
+
+
+async def reasoning_tokens(ctx: CollectContext, usage: Any, split: Split) -> int | None:
+    """How many generated tokens were reasoning: the server's count where its reasoning parser made one, else the
+    reasoning text counted by the server's tokenizer (its tags left out, as vLLM counts); 0 without reasoning."""
+    if split.reasoning is None:
+        return 0
     details = getattr(usage, "completion_tokens_details", None) if usage else None
     counted = getattr(details, "reasoning_tokens", None) if details is not None else None
-    reasoning = 0 if split.reasoning is None else counted
+    # deepseek_r1's parser counts 0 when the template opened the block: a count of 0 for a reasoning is no count
+    if isinstance(counted, int) and (counted > 0 or not split.reasoning):
+        return counted
+    return await count_tokens(ctx, split.reasoning)
+
+
+def token_split(usage: Any, split: Split, reasoning: int | None) -> dict[str, Any]:
+    """Generated tokens, and how many of them were reasoning (`reasoning`, see reasoning_tokens) and answer."""
+    total = usage.completion_tokens if usage else None
     if reasoning is not None and total is not None:
         reasoning = min(reasoning, total)
     answer = total - reasoning if total is not None and reasoning is not None else None
@@ -373,7 +404,7 @@ async def _multi_turn(
         choice = response.choices[0]
         finish_reason = choice.finish_reason
         last = from_server(reasoning_of(choice.message), choice.message.content, finish_reason, ctx.reasoning, opened)
-        counts = token_split(response.usage, last)
+        counts = token_split(response.usage, last, await reasoning_tokens(ctx, response.usage, last))
         if response.usage:
             prompt_tokens += response.usage.prompt_tokens
             completion_tokens += response.usage.completion_tokens
