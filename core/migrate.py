@@ -49,3 +49,22 @@ def strip_unknown(model: type[BaseModel], data: Any) -> Any:
                          for k, v in value.items()}  # fmt: skip
         out[key] = value
     return out
+
+
+def env_metrics_of_schema_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version-2 benchmarks kept every boolean info key in `info_rates` (Wilson CIs in `ci.info_rates`) and
+    categorical ones in `info_outcomes`: read them as env metrics, so a comparison with an old baseline still
+    matches them by key."""
+    if "env_metrics" in data:
+        return data
+    rates, outcomes = data.get("info_rates") or {}, data.get("info_outcomes") or {}
+    cis = (data.get("ci") or {}).get("info_rates") or {}
+    rollouts = data.get("n_rollouts", 0)
+    metrics = [
+        {"key": k, "label": k, "kind": "rate", "value": v, "n": (cis.get(k) or {}).get("n", rollouts), "ci": cis.get(k)}
+        for k, v in rates.items()
+    ]
+    metrics += [
+        {"key": k, "label": k, "kind": "counts", "n": sum(c.values()), "counts": c} for k, c in outcomes.items()
+    ]
+    return {**data, "env_metrics": metrics}

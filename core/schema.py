@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from core.migrate import strip_unknown
+from core.migrate import env_metrics_of_schema_2, strip_unknown
 from errors import EvalflowError
 
 # Version 1: the files written before versions were recorded (no metadata key, the same columns).
@@ -363,13 +363,9 @@ class ReasoningBucket(_Doc):
 
 
 class ReasoningStats(_Doc):
-    """A reasoning model's thinking, over one benchmark's rollouts (present where some rollout reasoned).
-
-    `with_reasoning` counts the rollouts that have a reasoning block (or were cut off inside one); `ended_in_reasoning`
-    those cut off while reasoning (no answer: reward 0), `at_limit` of them by the token limit; the rate is over
-    every rollout, with a Wilson interval. Token means are over the rollouts with reasoning whose tokens were
-    counted (`counted`). `by_length`: accuracy by reasoning-length quartile, clustered by prompt.
-    """
+    """A reasoning model's thinking over one benchmark's rollouts: how many reasoned, how many were cut off while
+    reasoning (no answer, reward 0; `at_limit` by the token limit; the rate over every rollout, Wilson CI), token
+    means over the `counted` ones, accuracy by reasoning-length quartile (`by_length`, clustered by prompt)."""
 
     with_reasoning: int = 0
     counted: int = 0
@@ -416,25 +412,6 @@ class BenchmarkMetrics(_Doc):
         return next((m for m in self.env_metrics if m.key == key), None)
 
 
-def _env_metrics_of_schema_2(data: dict[str, Any]) -> dict[str, Any]:
-    """Version-2 benchmarks kept every boolean info key in `info_rates` (Wilson CIs in `ci.info_rates`) and
-    categorical ones in `info_outcomes`: read them as env metrics, so a comparison with an old baseline still
-    matches them by key."""
-    if "env_metrics" in data:
-        return data
-    rates, outcomes = data.get("info_rates") or {}, data.get("info_outcomes") or {}
-    cis = (data.get("ci") or {}).get("info_rates") or {}
-    rollouts = data.get("n_rollouts", 0)
-    metrics = [
-        {"key": k, "label": k, "kind": "rate", "value": v, "n": (cis.get(k) or {}).get("n", rollouts), "ci": cis.get(k)}
-        for k, v in rates.items()
-    ]
-    metrics += [
-        {"key": k, "label": k, "kind": "counts", "n": sum(c.values()), "counts": c} for k, c in outcomes.items()
-    ]
-    return {**data, "env_metrics": metrics}
-
-
 class RunMetrics(_Doc):
     """The metrics of a run's benchmarks, as the analysis computes them (metrics.json is a core.record.RunRecord:
     these fields plus `run_info` and `comparison`)."""
@@ -456,7 +433,7 @@ class RunMetrics(_Doc):
         if data.get("schema_version", METRICS_SCHEMA_VERSION) >= METRICS_SCHEMA_VERSION:
             return data
         benchmarks = {
-            name: _env_metrics_of_schema_2(bm) if isinstance(bm, dict) else bm
+            name: env_metrics_of_schema_2(bm) if isinstance(bm, dict) else bm
             for name, bm in (data.get("benchmarks") or {}).items()
         }
         return strip_unknown(cls, {**data, "benchmarks": benchmarks})

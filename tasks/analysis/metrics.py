@@ -77,8 +77,6 @@ from core.schema import (
     PromptGroup,
     PromptOutcomes,
     PromptRow,
-    ReasoningBucket,
-    ReasoningStats,
     RewardStats,
     RewardValues,
     RunMetrics,
@@ -92,7 +90,14 @@ from envs.registry import find_env
 from tasks.analysis import queries
 from tasks.analysis.env_metrics import env_keys, env_metrics
 from tasks.analysis.load import connect, load
-from tasks.analysis.queries import Overview, PromptStats, ReasoningLengthRow, ReasoningRow, RewardValue, ToolCallGroup
+from tasks.analysis.queries import Overview, PromptStats, RewardValue, ToolCallGroup
+from tasks.analysis.reasoning import (
+    ReasoningLengthRow,
+    ReasoningRow,
+    reasoning_by_length,
+    reasoning_rows,
+    reasoning_stats,
+)
 from tasks.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -204,35 +209,6 @@ def _buckets(found: list[ToolCallGroup]) -> list[ToolCallBucket]:
     ]
 
 
-def _reasoning(row: ReasoningRow | None, by_length: list[ReasoningLengthRow] | None) -> ReasoningStats | None:
-    """The benchmark's reasoning block (see core.schema.ReasoningStats); None where no rollout reasoned."""
-    if row is None:
-        return None
-    rate = row.ended / row.n if row.n else None
-    return ReasoningStats(
-        with_reasoning=row.with_reasoning,
-        counted=row.counted,
-        ended_in_reasoning=row.ended,
-        at_limit=row.at_limit,
-        ended_in_reasoning_rate=rate,
-        ended_in_reasoning_ci=wilson_ci(rate, row.n),
-        reasoning_tokens_mean=row.reasoning_mean,
-        answer_tokens_mean=row.answer_mean,
-        reasoning_share=row.reasoning_share,
-        by_length=[
-            ReasoningBucket(
-                low=b.low,
-                high=b.high,
-                n=b.n,
-                prompts=b.prompts,
-                accuracy=b.accuracy,
-                ci=clustered_interval(b.accuracy, b.se, b.prompts, b.n, clip=True),
-            )
-            for b in by_length or []
-        ],
-    )
-
-
 def _prompt_row(p: PromptStats) -> PromptRow:
     return PromptRow(
         prompt_id=p.prompt_id,
@@ -296,7 +272,7 @@ def _benchmark_metrics(ov: Overview, per_prompt: list[PromptStats], found: Found
         reward_by_tool_calls=_buckets(found.by_tool_calls),
         per_prompt=[_prompt_row(p) for p in per_prompt],
         env_metrics=found.env_metrics,
-        reasoning=_reasoning(found.reasoning, found.by_length),
+        reasoning=reasoning_stats(found.reasoning, found.by_length),
     )
 
 
@@ -334,8 +310,8 @@ def compute_metrics(
         wanted = {name: (specs or {}).get(name, ()) for name in overview}
         declared = env_metrics(con, wanted, {b: ov.error_count for b, ov in overview.items()})
         distributions = queries.distributions(con)
-        reasoning = queries.reasoning(con)
-        by_length = queries.reasoning_by_length(con)
+        reasoning = reasoning_rows(con)
+        by_length = reasoning_by_length(con)
     finally:
         con.close()
     benchmarks = {}
