@@ -76,8 +76,10 @@ def _fmt(value: float | str | None) -> str:
 def lm_eval_table(metrics: RunMetrics, run_info: RunInfo) -> Table | None:
     """The table, or None when no benchmark of the run declares lm-eval metrics (Tetris, say)."""
     records = benchmark_envs(run_info)
-    rows = []
+    rows, cut = [], []
     for key, bm in metrics.benchmarks.items():
+        if bm.reasoning is not None and bm.reasoning.ended_in_reasoning:
+            cut.append(f"{key} {bm.reasoning.ended_in_reasoning:,}")
         record = records.get(key)
         env = find_env((record.env_ref or record.env) if record else key)
         for name, source in env.lm_eval_metrics if env else ():
@@ -85,4 +87,10 @@ def lm_eval_table(metrics: RunMetrics, run_info: RunInfo) -> Table | None:
             rows.append([key, _setting(record, env), name, _fmt(value), _fmt(stderr), f"{n:,}"])
     if not rows:
         return None
-    return Table(HEADER, rows, "lm-evaluation-harness's metric names and definitions; see README, Baselines")
+    note = "lm-evaluation-harness's metric names and definitions; see README, Baselines"
+    if cut:  # lm-eval's think_end_token keeps a completion without the end tag whole: its thinking is scored
+        note += (
+            f". Rollouts truncated while reasoning ({', '.join(cut)}) are scored here as lm-eval scores them "
+            "(with think_end_token, the whole unterminated text); evalflow's accuracy counts them as no answer"
+        )
+    return Table(HEADER, rows, note)
