@@ -8,6 +8,7 @@ drains its tail.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -251,7 +252,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
     # stop sequences past the API's limit are cut here, from the answer (lm-eval cuts after removing the thinking)
     completion = cut_at_stops(split.answer, stops[MAX_STOPS:])
     finish_reason = "stop" if len(completion) < len(split.answer) else choice.finish_reason
-    split = Split(split.reasoning, completion, split.ended_in_reasoning)
+    split = dataclasses.replace(split, answer=completion)
     score = await score_answer(env, row, split, ctx.reasoning, timeout)
     usage = response.usage
     if prompt is None:
@@ -283,8 +284,8 @@ def reasoning_of(message: Any) -> str | None:
 
 
 async def count_tokens(ctx: CollectContext, text: str) -> int | None:
-    """The tokens of `text` by the server's tokenizer (vLLM's /tokenize), or None where the server has no such
-    route (then it is not asked again). One small request, outside the generation limit."""
+    """The tokens of `text` by the server's tokenizer (vLLM's /tokenize), or None: where the server has no such
+    route (then it is not asked again), or the request failed. One small request, outside the generation limit."""
     if not ctx.tokenize or not text:
         return 0 if not text else None
     replica = ctx.pool().pick()
@@ -295,9 +296,12 @@ async def count_tokens(ctx: CollectContext, text: str) -> int | None:
     try:
         found = await replica.client.post(f"{root}/tokenize", cast_to=dict, body=body)
         return int(found["count"])
-    except (openai.APIError, KeyError, TypeError, ValueError):
-        ctx.tokenize = False
-        get_logger().info("the server has no /tokenize: reasoning tokens are counted only by a reasoning parser")
+    except openai.APIStatusError as exc:
+        if exc.status_code in (404, 405, 501):
+            ctx.tokenize = False
+            get_logger().info("the server has no /tokenize: reasoning tokens are counted only by a reasoning parser")
+        return None
+    except (openai.APIError, KeyError, TypeError, ValueError):  # a transient failure: this count is unknown
         return None
 
 
