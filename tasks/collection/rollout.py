@@ -268,7 +268,7 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         prompt_tokens=usage.prompt_tokens if usage else None,
         turns=1,
         latency_s=latency,
-        **token_split(usage, split, await reasoning_tokens(ctx, usage, split)),
+        **token_split(usage, split, await count_reasoning_tokens(ctx, usage, split)),
     )
 
 
@@ -305,7 +305,7 @@ async def count_tokens(ctx: CollectContext, text: str) -> int | None:
         return None
 
 
-async def reasoning_tokens(ctx: CollectContext, usage: Any, split: Split) -> int | None:
+async def count_reasoning_tokens(ctx: CollectContext, usage: Any, split: Split) -> int | None:
     """How many generated tokens were reasoning: the server's count where its reasoning parser made one, else the
     reasoning text counted by the server's tokenizer (its tags left out, as vLLM counts); 0 without reasoning."""
     if split.reasoning is None:
@@ -319,7 +319,7 @@ async def reasoning_tokens(ctx: CollectContext, usage: Any, split: Split) -> int
 
 
 def token_split(usage: Any, split: Split, reasoning: int | None) -> dict[str, Any]:
-    """Generated tokens, and how many of them were reasoning (`reasoning`, see reasoning_tokens) and answer."""
+    """Generated tokens, and how many of them were reasoning (`reasoning`, see count_reasoning_tokens) and answer."""
     total = usage.completion_tokens if usage else None
     if reasoning is not None and total is not None:
         reasoning = min(reasoning, total)
@@ -380,7 +380,7 @@ async def _multi_turn(
     tools, tool_choice = env.tools(), env.tool_choice()
     opened = opened_by_prompt(ctx.reasoning, sampling.extra_body)
     prompt_tokens = completion_tokens = 0
-    reasoning_tokens: int | None = 0
+    thought: int | None = 0  # reasoning tokens over the turns (None once a turn's are unknown)
     latency = 0.0
     finish_reason = None
     completion = ""
@@ -408,14 +408,12 @@ async def _multi_turn(
         choice = response.choices[0]
         finish_reason = choice.finish_reason
         last = from_server(reasoning_of(choice.message), choice.message.content, finish_reason, ctx.reasoning, opened)
-        counts = token_split(response.usage, last, await reasoning_tokens(ctx, response.usage, last))
+        counts = token_split(response.usage, last, await count_reasoning_tokens(ctx, response.usage, last))
         if response.usage:
             prompt_tokens += response.usage.prompt_tokens
             completion_tokens += response.usage.completion_tokens
         turn_reasoning = counts["reasoning_tokens"]
-        reasoning_tokens = (
-            None if reasoning_tokens is None or turn_reasoning is None else reasoning_tokens + turn_reasoning
-        )
+        thought = None if thought is None or turn_reasoning is None else thought + turn_reasoning
         assistant = _assistant_message(choice.message, last.answer)
         completion = last.answer or completion
         messages.append({**assistant, **({"reasoning": last.reasoning} if last.reasoning is not None else {})})
@@ -434,8 +432,8 @@ async def _multi_turn(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         reasoning=last.reasoning,
-        reasoning_tokens=reasoning_tokens,
-        answer_tokens=None if reasoning_tokens is None else completion_tokens - reasoning_tokens,
+        reasoning_tokens=thought,
+        answer_tokens=None if thought is None else completion_tokens - thought,
         ended_in_reasoning=last.ended_in_reasoning,
         tool_calls=int(score.info.get("tool_calls", 0)),
         latency_s=latency,
