@@ -99,6 +99,12 @@ class BenchmarkConfig(_Strict):
         own name (`gsm8k`; a class's or task's `name` when the config gives a reference)."""
         return self.label or self._env_name or self.name or ""
 
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        """YAML reads a bare `on` / `off` as a boolean: take it as meant."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
     @field_validator("extra_body")
     @classmethod
     def _extra_body(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:

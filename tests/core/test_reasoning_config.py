@@ -48,6 +48,13 @@ def test_thinking_settings_become_request_fields_and_enter_both_keys() -> None:
     assert len({k for k, _ in keys}) == 3 and len({g for _, g in keys}) == 3
 
 
+def test_yaml_on_and_off_are_the_thinking_settings() -> None:
+    import yaml
+
+    benchmarks = yaml.safe_load("- {name: gsm8k, thinking: off}\n- {name: gsm8k, label: b, thinking: on}")
+    assert [b.thinking for b in config(benchmarks=benchmarks).benchmarks] == ["off", "on"]
+
+
 def test_no_extra_body_keeps_the_generation_keys_of_earlier_versions() -> None:
     """Completions cached before extra_body existed are found again (and rescored, not regenerated)."""
     from envs.gsm8k import GSM8KEnv
