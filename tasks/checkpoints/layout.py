@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from tasks.checkpoints._runtime_io import TOKENIZER_FILES
 from tasks.checkpoints.errors import CheckpointError
+from tasks.runtime.scripts._runtime_io import TOKENIZER_FILES
 
 # where the DCP weights sit under a step folder, most specific first
 DCP_DIRS = ("policy/weights/model", "policy/weights", "weights/model", "weights", "model", "")
@@ -21,6 +22,7 @@ TOKENIZER_DIRS = ("policy/tokenizer", "tokenizer")
 TOKENIZER_CORE = ("tokenizer.json", "tokenizer.model", "vocab.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 STEP = re.compile(r"^(step_\d+|iter_\d+|checkpoint-\d+)$")
+V = TypeVar("V")  # what a listing maps each path to: its size here, its details in a training run's listing
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,10 @@ class Layout:
         return "flat (weights/model)" if self.weights_dir.endswith("model") else "nemo-rl (policy/weights)"
 
 
-def children(files: Mapping[str, int], folder: str) -> dict[str, int]:
+def children(files: Mapping[str, V], folder: str) -> dict[str, V]:
     """Direct children (files) of `folder` in a listing."""
     prefix = f"{folder}/" if folder else ""
-    out = {}
+    out: dict[str, V] = {}
     for rel, size in files.items():
         if rel.startswith(prefix) and "/" not in rel[len(prefix) :]:
             out[rel[len(prefix) :]] = size
@@ -51,7 +53,7 @@ def join(folder: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
-def find_dcp(files: Mapping[str, int]) -> str | None:
+def find_dcp(files: Mapping[str, object]) -> str | None:
     for folder in DCP_DIRS:
         names = children(files, folder)
         if ".metadata" in names or any(n.endswith(".distcp") for n in names):

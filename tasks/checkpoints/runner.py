@@ -22,9 +22,9 @@ from pydantic import BaseModel, ValidationError
 
 from core.logs import get_logger
 from tasks.checkpoints.errors import CheckpointError
+from tasks.runtime.scripts import SCRIPTS_DIR
 from tasks.runtime.venv import Runtime
 
-HERE = Path(__file__).parent
 RESULT_PREFIX = "EVALFLOW-RESULT "  # keep in step with _runtime_io.py (which cannot import us)
 ERROR_PREFIX = "EVALFLOW-ERROR "
 PROGRESS_PREFIX = "[convert] "
@@ -80,11 +80,11 @@ def _heartbeat(what: str, watch: Watch, stop: threading.Event) -> None:
 def run_script(
     runtime: Runtime, script: str, args: list[str], what: str, result: type[R], watch: Watch | None = None
 ) -> R:
-    """Run `tasks/checkpoints/<script>` with the runtime's python; return its result line as `result` (the
+    """Run `tasks/runtime/scripts/<script>` with the runtime's python; return its result line as `result` (the
     script's TypedDict of that name, validated). With `watch` a line every PROGRESS_S says how far it is
     (bytes written of those expected, estimated end)."""
     logger = get_logger()
-    cmd = [str(runtime.python), str(HERE / script), *args]
+    cmd = [str(runtime.python), str(SCRIPTS_DIR / script), *args]
     tail: deque[str] = deque(maxlen=40)
     printed: str | None = None
     error: str | None = None
