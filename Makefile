@@ -23,7 +23,7 @@ help:
 	@echo "make worker     - start a process worker for POOL (default evalflow-cpu; evalflow-gpu on GPU nodes)"
 	@echo "make stop       - stop the workers and the server started here"
 	@echo "make reports    - serve reports/ (index and every run's report) on http://127.0.0.1:8000"
-	@echo "make lint       - ruff check, ruff format check, import-layer contracts (lint-imports)"
+	@echo "make lint       - ruff check, ruff format check, import-layer contracts (lint-imports), types (basedpyright)"
 	@echo "Everything else: $(RUN) evalflow --help"
 
 uv:
@@ -70,6 +70,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) lint-imports
+	$(RUN) basedpyright
 
 # Two lanes: every test that needs no vLLM server on three workers (one file per worker; measured on
 # 2 cores: 231 s against 242 s with two, since many tests wait on subprocesses and servers), then the

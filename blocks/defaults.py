@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prefect.blocks.core import Block
 
 from blocks.run_store import RunStoreBlock
 from blocks.vllm_server import VLLMServerBlock
+from tasks.prefect_sync import sync_call
 
 DEFAULTS = Path(__file__).with_name("defaults.yaml")
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TYPES: dict[str, Any] = {"evalflow-vllm-server": VLLMServerBlock, "evalflow-run-store": RunStoreBlock}
+TYPES: dict[str, type[Block]] = {"evalflow-vllm-server": VLLMServerBlock, "evalflow-run-store": RunStoreBlock}
 
 
 def store_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -39,17 +41,17 @@ def save_defaults(overwrite: bool = False) -> list[str]:
     saved = []
     for slug, blocks in yaml.safe_load(DEFAULTS.read_text()).items():
         block_cls = TYPES[slug]
-        block_cls.register_type_and_schema(_sync=True)
+        sync_call(block_cls.register_type_and_schema)
         for name, fields in blocks.items():
             if not overwrite:
                 try:
-                    block_cls.load(name, _sync=True)
+                    sync_call(block_cls.load, name)
                     print(f"{slug}/{name}: exists, kept")
                     continue
                 except ValueError:
                     pass
             block = block_cls(**(store_fields(fields) if block_cls is RunStoreBlock else fields))
-            block.save(name, overwrite=True, _sync=True)
+            sync_call(block.save, name, overwrite=True)
             saved.append(f"{slug}/{name}")
             print(f"{slug}/{name}: saved")
     return saved

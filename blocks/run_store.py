@@ -23,9 +23,9 @@ class RunStoreBlock(Block):
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="non-secret fsspec options, e.g. {client_kwargs: {endpoint_url: ...}}"
     )
-    key: SecretStr | None = Field(None, description="access key id (s3fs `key`); empty: the environment's")
-    secret: SecretStr | None = Field(None, description="secret access key (s3fs `secret`)")
-    token: SecretStr | None = Field(None, description="session token (s3fs `token`), if any")
+    key: SecretStr | None = Field(default=None, description="access key id (s3fs `key`); empty: the environment's")
+    secret: SecretStr | None = Field(default=None, description="secret access key (s3fs `secret`)")
+    token: SecretStr | None = Field(default=None, description="session token (s3fs `token`), if any")
 
     @field_validator("url")
     @classmethod

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import click
 import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from core.overrides import OverrideError, apply_override, validation_message
 from errors import USAGE_ERROR, EvalflowError
+
+if TYPE_CHECKING:
+    from typer import _click  # the Click typer vendors: its groups and commands run with its Context
 
 
 def one_line(exc: BaseException) -> str:
@@ -46,7 +48,7 @@ def fail(what: str, exc: BaseException | str) -> NoReturn:
 class EvalflowGroup(TyperGroup):
     """The `evalflow` command group: an EvalflowError from any command (or subcommand) ends it in one line."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: _click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except EvalflowError as exc:
@@ -79,10 +81,10 @@ def log_to_stderr() -> None:
     logger.propagate = False
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _Stderr(logging.StreamHandler):
     """Writes to whatever sys.stderr is when a record comes (a test runner swaps it per command)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -44,5 +44,6 @@ def rescore(
     with started_api() as api, api.serving() if api else contextlib.nullcontext():
         result = asyncio.run(eval_flow(resolved, rescore_of=run_id))
     typer.echo(f"rescored {run_id} as {result.run_info.run_id}")
+    assert result.collection is not None  # the flow's record of a run always says where its reports are
     for kind, url in result.collection.reports.items():
         typer.echo(f"{kind}: {url}")

@@ -7,7 +7,7 @@ import contextlib
 import json
 import signal
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +15,7 @@ from cli.common import fail
 
 if TYPE_CHECKING:
     from core.config import EvalConfig
+    from core.record import RunPlan
 
 CONFIG_HELP = "YAML file with EvalConfig fields (default: all defaults)"
 OVERRIDES_HELP = "dotted overrides, e.g. sampling.temperature=0.6 benchmarks.0.repeats=8"
@@ -58,11 +59,12 @@ def run(
         # prints their one line (`checkpoint error: ...`, `run failed: ...`) and exits 2, or 1 for a run.
         with api.serving() if api else contextlib.nullcontext():
             result = asyncio.run(eval_flow(resolved))
+    assert result.collection is not None  # the flow's record of a run always says where its reports are
     for kind, url in result.collection.reports.items():
         typer.echo(f"{kind}: {url}")
 
 
-def _plan(resolved: EvalConfig, dry_run: bool) -> dict[str, Any]:
+def _plan(resolved: EvalConfig, dry_run: bool) -> RunPlan:
     """The run's plan; bad data, model, store or endpoint fail here, in seconds, before the Prefect engine starts."""
     from flows.plan import plan_run
 

@@ -37,6 +37,7 @@ def sweep(
     # Prefect and the pipeline take seconds to import: only commands that run them pay for it.
     from core.config import EvalConfig
     from core.overrides import resolve_config
+    from core.sweep_record import SweepResult
     from flows.plan import plan_run
     from flows.sweep import expand_grid, load_sweep, sweep_flow
 
@@ -62,4 +63,5 @@ def sweep(
         return
     target = None if local else (deployment or spec.deployment)
     result = asyncio.run(sweep_flow(base_config, spec.grid, deployment=target, name=spec.name))
+    assert isinstance(result, SweepResult)  # a sweep that runs (not a dry run) returns its record
     typer.echo(f"sweep report: {result.reports['html']}")

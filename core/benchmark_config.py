@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, JsonValue, PrivateAttr, ValidationInfo, field_validator, model_validator
 
@@ -35,40 +35,40 @@ def check_extra_body(value: dict[str, JsonValue], own: bool = False) -> dict[str
 
 class BenchmarkConfig(_Strict):
     name: str | None = Field(
-        None,
+        default=None,
         description="the environment: a registered name (gsm8k, math, mbpp, humaneval, ifeval, tetris, or an installed "
         "plugin's; `evalflow envs list`), `package.module:Class`, `path/to/file.py:Class` or a task file "
         "`path/to/task.yaml` (paths relative to the working directory)",
     )
     task: str | dict[str, JsonValue] | None = Field(
-        None,
+        default=None,
         description="a declarative single-turn task instead of `name`: a YAML file (relative to the working "
         "directory) or the task's fields inline",
     )
     label: str | None = Field(
-        None,
+        default=None,
         description="the benchmark's name in records and reports (default: the environment name); set it to run "
         "one environment in several settings in one run, e.g. gsm8k_8shot",
     )
     dataset: str | None = Field(
-        None,
+        default=None,
         description="JSONL/parquet path or URL, or hf-dataset:<path>?config=..&split=..; default: the shipped set",
     )
-    limit: int | None = Field(None, ge=1, description="use the first N prompts")
-    repeats: int = Field(4, ge=1, description="sampled rollouts per prompt")
+    limit: int | None = Field(default=None, ge=1, description="use the first N prompts")
+    repeats: int = Field(default=4, ge=1, description="sampled rollouts per prompt")
     options: dict[str, JsonValue] = Field(default_factory=dict, description="environment options (e.g. fewshot)")
     max_tokens: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description="tokens per completion here (default: sampling.max_tokens); lm-eval's max_gen_toks",
     )
     thinking: Literal["default", "on", "off"] = Field(
-        "default",
+        default="default",
         description="a reasoning model's thinking: on or off through the chat template's switch (model.reasoning."
         "switch, enable_thinking for Qwen3), or the template's default",
     )
     thinking_budget: int | None = Field(
-        None,
+        default=None,
         ge=0,
         description="the most reasoning tokens per completion (vLLM's thinking_token_budget: the server ends the "
         "reasoning there and the model answers); needs server.reasoning_parser",
@@ -81,7 +81,7 @@ class BenchmarkConfig(_Strict):
         description="more request fields for this benchmark, sent as they are (e.g. structured_outputs, min_tokens)",
     )
     on_long_prompt: Literal["fail", "skip"] = Field(
-        "fail",
+        default="fail",
         description="a prompt (template and few-shot included) longer than server.max_model_len minus max_tokens: "
         "fail the run before anything is sent (naming file:line and its tokens), or skip it (counted in the report)",
     )
@@ -92,6 +92,11 @@ class BenchmarkConfig(_Strict):
     def env_ref(self) -> str | dict[str, JsonValue]:
         """What envs.registry loads: the task (a file or inline) or the environment's name or reference."""
         return self.task if self.task is not None else (self.name or "")
+
+    @property
+    def env_name(self) -> str:
+        """The environment's own name (`gsm8k`; a class's or task's `name`), found when the config is validated."""
+        return self._env_name
 
     @property
     def key(self) -> str:
@@ -185,9 +190,12 @@ class BenchmarkConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _one_env(cls, data: Any) -> Any:
-        if isinstance(data, dict) and (data.get("name") is None) == (data.get("task") is None):
+        if not isinstance(data, dict):
+            return data
+        fields = cast(dict[str, Any], data)
+        if (fields.get("name") is None) == (fields.get("task") is None):
             raise ValueError("set one of `name` (a registered name or a reference to a class or task file) and `task`")
-        return data
+        return fields
 
     @model_validator(mode="after")
     def _env_name_of(self) -> BenchmarkConfig:

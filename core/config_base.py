@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -35,11 +35,13 @@ class Strict(BaseModel):
         """An unknown key fails naming the field it was probably meant to be (`benchmark` -> `benchmarks`)."""
         if not isinstance(data, dict):
             return data
+        fields = cast(dict[object, object], data)
         known = set(cls.model_fields)
-        unknown = [key for key in data if isinstance(key, str) and key not in known]
+        unknown = [key for key in fields if isinstance(key, str) and key not in known]
         if not unknown:
-            return data
-        parts, guessed = [], True
+            return fields
+        parts: list[str] = []
+        guessed = True
         for key in unknown:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             parts.append(f"unknown field {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 
 from prefect.exceptions import MissingContextError
@@ -14,7 +14,7 @@ from prefect.logging import get_run_logger
 from errors import EvalflowError
 
 
-def get_logger() -> logging.Logger | logging.LoggerAdapter:
+def get_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
     try:
         return get_run_logger()
     except MissingContextError:
@@ -31,7 +31,7 @@ class Stages:
         self.cpu_seconds: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
+    def __call__(self, name: str) -> Generator[None, None, None]:
         started, cpu = time.monotonic(), time.process_time()
         get_logger().info("stage %s: started", name)
         try:

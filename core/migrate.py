@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -32,8 +32,8 @@ def strip_unknown(model: type[BaseModel], data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     fields = model.model_fields
-    out = {}
-    for key, value in data.items():
+    out: dict[str, Any] = {}
+    for key, value in cast(dict[str, Any], data).items():
         field = fields.get(key)
         if field is None:
             continue
@@ -41,12 +41,13 @@ def strip_unknown(model: type[BaseModel], data: Any) -> Any:
             if how == "one" and isinstance(value, dict):
                 value = strip_unknown(sub, value)
             elif how == "list" and isinstance(value, list):
-                value = [strip_unknown(sub, v) for v in value]
+                value = [strip_unknown(sub, v) for v in cast(list[Any], value)]
             elif how == "dict" and isinstance(value, dict):
-                value = {k: strip_unknown(sub, v) for k, v in value.items()}
+                value = {k: strip_unknown(sub, v) for k, v in cast(dict[str, Any], value).items()}
             elif how == "dict-dict" and isinstance(value, dict):
-                value = {k: {kk: strip_unknown(sub, vv) for kk, vv in v.items()} if isinstance(v, dict) else v
-                         for k, v in value.items()}  # fmt: skip
+                value = {k: {kk: strip_unknown(sub, vv) for kk, vv in cast(dict[str, Any], v).items()}
+                         if isinstance(v, dict) else v
+                         for k, v in cast(dict[str, Any], value).items()}  # fmt: skip
         out[key] = value
     return out
 
@@ -57,10 +58,12 @@ def env_metrics_of_schema_2(data: dict[str, Any]) -> dict[str, Any]:
     matches them by key."""
     if "env_metrics" in data:
         return data
-    rates, outcomes = data.get("info_rates") or {}, data.get("info_outcomes") or {}
-    cis = (data.get("ci") or {}).get("info_rates") or {}
+    rates: dict[str, Any] = data.get("info_rates") or {}
+    outcomes: dict[str, dict[str, int]] = data.get("info_outcomes") or {}
+    ci: dict[str, Any] = data.get("ci") or {}
+    cis: dict[str, dict[str, Any] | None] = ci.get("info_rates") or {}
     rollouts = data.get("n_rollouts", 0)
-    metrics = [
+    metrics: list[dict[str, Any]] = [
         {"key": k, "label": k, "kind": "rate", "value": v, "n": (cis.get(k) or {}).get("n", rollouts), "ci": cis.get(k)}
         for k, v in rates.items()
     ]

@@ -4,8 +4,9 @@ command line's overrides and a sweep's grid keys both go through here."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -20,8 +21,9 @@ class OverrideError(ConfigError):
 
 def _index(node: Any, part: str, key: str) -> Any:
     if isinstance(node, list):
-        if not part.isdigit() or int(part) >= len(node):
-            raise OverrideError(f"{key!r}: {part!r} is not an index of a {len(node)}-element list")
+        size = len(cast(list[Any], node))
+        if not part.isdigit() or int(part) >= size:
+            raise OverrideError(f"{key!r}: {part!r} is not an index of a {size}-element list")
         return int(part)
     if not isinstance(node, dict):
         raise OverrideError(f"{key!r}: {part!r} is below a value ({node!r}), not a mapping or list")
@@ -37,19 +39,23 @@ def set_path(data: dict[str, Any], key: str, value: Any) -> None:
         if i == len(parts) - 1:
             node[index] = value
             return
-        if isinstance(node, dict) and node.get(index) is None:
-            node[index] = {}
-        node = node[index]
+        if isinstance(node, dict):
+            mapping = cast(dict[Any, Any], node)
+            if mapping.get(index) is None:
+                mapping[index] = {}
+            node = mapping[index]
+        else:
+            node = node[index]
 
 
 def has_path(data: Any, key: str) -> bool:
     """Whether `key` names an existing place in `data` (a full config dump, defaults included)."""
-    node = data
+    node: Any = data
     for part in key.split("."):
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+        if isinstance(node, list) and part.isdigit() and int(part) < len(cast(list[Any], node)):
+            node = cast(list[Any], node)[int(part)]
         elif isinstance(node, dict) and part in node:
-            node = node[part]
+            node = cast(dict[Any, Any], node)[part]
         else:
             return False
     return True
@@ -87,7 +93,7 @@ def read_config_file(path: Path) -> Any:
         raise OverrideError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
 
 
-def config_data(path: str | Path | None, overrides: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def config_data(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """A config file's data (plain containers) with overrides applied, not yet validated."""
     data: dict[str, Any] = {}
     if path:
@@ -104,7 +110,7 @@ def config_data(path: str | Path | None, overrides: list[str] = ()) -> dict[str,
 
 def validation_message(exc: ValidationError) -> str:
     """Pydantic's errors as one line: each as `dotted.field: message`, without the inputs (they may hold secrets)."""
-    parts = []
+    parts: list[str] = []
     for error in exc.errors(include_url=False, include_input=False):
         field = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")

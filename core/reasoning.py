@@ -37,16 +37,16 @@ class ThinkTags(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    start: str = Field(THINK_START, min_length=1, description="the tag that opens the reasoning")
-    end: str = Field(THINK_END, min_length=1, description="the tag that closes it (lm-eval's think_end_token)")
+    start: str = Field(default=THINK_START, min_length=1, description="the tag that opens the reasoning")
+    end: str = Field(default=THINK_END, min_length=1, description="the tag that closes it (lm-eval's think_end_token)")
     switch: str = Field(
-        "enable_thinking",
+        default="enable_thinking",
         min_length=1,
         description="the chat template's keyword that turns thinking on or off (benchmarks.N.thinking): "
         "enable_thinking for Qwen3, thinking for DeepSeek-V3.1",
     )
     opened_by_template: bool = Field(
-        False,
+        default=False,
         description="the chat template opens the reasoning in the prompt (DeepSeek-R1, Qwen3 *-Thinking-2507): a "
         "completion without the end tag is then all reasoning, unless the benchmark's thinking is off",
     )

@@ -30,11 +30,14 @@ def registered_parsers(site_packages: Path) -> list[str]:
     """The parser names a vLLM installation registers, read from its source without importing it."""
     source = (site_packages / "vllm" / "reasoning" / "__init__.py").read_text()
     for node in ast.parse(source).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(node, ast.AnnAssign):
-            target = node.target
-        if isinstance(target, ast.Name) and target.id == "_REASONING_PARSERS_TO_REGISTER" and node.value is not None:
-            return sorted(ast.literal_eval(node.value))
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "_REASONING_PARSERS_TO_REGISTER" and value is not None:
+            return sorted(ast.literal_eval(value))
     raise LookupError(f"no _REASONING_PARSERS_TO_REGISTER in {site_packages}/vllm/reasoning/__init__.py")
 
 

@@ -11,7 +11,7 @@ what a later version retired.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
@@ -229,9 +229,12 @@ class IndexEntry(_Record):
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("schema_version", 0) < METRICS_SCHEMA_VERSION:
-            return {**strip_unknown(cls, data), "schema_version": METRICS_SCHEMA_VERSION}
-        return data
+        if not isinstance(data, dict):
+            return data
+        doc = cast(dict[str, Any], data)
+        if doc.get("schema_version", 0) < METRICS_SCHEMA_VERSION:
+            return {**strip_unknown(cls, doc), "schema_version": METRICS_SCHEMA_VERSION}
+        return doc
 
 
 class BenchmarkPlan(_Record):
@@ -337,7 +340,8 @@ class RunRecord(RunMetrics):
             old.pop("comparison", None)
         else:  # rows before schema 4 did not say how their interval was made
             version = data.get("schema_version", "?")
-            for rows in (comparison.get("benchmarks") or {}).values():
+            benchmarks: dict[str, dict[str, dict[str, Any]]] = comparison.get("benchmarks") or {}
+            for rows in benchmarks.values():
                 for row in rows.values():
                     row.setdefault("method", f"not recorded (schema_version {version})")
         return super().migrate(old)

@@ -7,8 +7,9 @@ Blocks are loaded by their type slug; Prefect imports their classes through the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from prefect.blocks.core import Block
 
@@ -34,7 +35,9 @@ class Resolved:
 
 def _load(slug: str, name: str, field: str) -> Any:
     try:
-        return Block.load(f"{slug}/{name}", _sync=True)  # type: ignore[call-arg]
+        # Prefect's async_dispatch takes `_sync` (the sync version, even inside an event loop) without declaring it
+        load = cast("Callable[..., Block]", Block.load)
+        return load(f"{slug}/{name}", _sync=True)
     except ValueError as exc:  # Prefect: "Unable to find block document named ..."
         raise BlockNotFound(
             f"{field}: no saved {slug} block named {name!r}; save it with `make blocks` (defaults in "

@@ -4,7 +4,7 @@ the collection's hot path; `core.schema.to_table` validates each row when its ba
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, Required, TypedDict
 
 
 class AssistantMessage(TypedDict, total=False):
@@ -24,8 +24,8 @@ class RolloutRow(TypedDict, total=False):
     benchmark: str
     env_version: str
     batch_key: str
-    prompt_id: str
-    repeat: int
+    prompt_id: Required[str]  # the rollout's identity: set when the record is made
+    repeat: Required[int]
     seed: int
     model: str
     model_fingerprint: str

@@ -17,15 +17,16 @@ import types
 import typing
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.parquet  # pyright: ignore[reportMissingTypeStubs]  # pyarrow ships no type stubs
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from core.migrate import env_metrics_of_schema_2, strip_unknown
 from errors import EvalflowError
+
+pa, pq = cast(Any, pyarrow), cast(Any, pyarrow.parquet)  # pyarrow has no type stubs: its objects are Any here
 
 # Version 1: the files written before versions were recorded (no metadata key, the same columns).
 # 3: reasoning apart from the answer (reasoning, reasoning_tokens, answer_tokens, ended_in_reasoning); in older
@@ -126,7 +127,7 @@ class RolloutRecord(BaseModel):
         return {name: to_json(value) if name in JSON_COLUMNS and value is not None else value for name, value in self}
 
 
-_ARROW_TYPES: dict[Any, pa.DataType] = {
+_ARROW_TYPES: dict[Any, Any] = {
     str: pa.string(),
     int: pa.int64(),
     float: pa.float64(),
@@ -135,7 +136,7 @@ _ARROW_TYPES: dict[Any, pa.DataType] = {
 }
 
 
-def _arrow_field(name: str, info: FieldInfo) -> pa.Field:
+def _arrow_field(name: str, info: FieldInfo) -> Any:
     args = typing.get_args(info.annotation) if isinstance(info.annotation, types.UnionType) else ()
     nullable = type(None) in args
     explicit = [m for m in info.metadata if isinstance(m, pa.DataType)]
@@ -161,8 +162,8 @@ def to_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def to_table(rows: Iterable[RolloutRecord | Mapping[str, Any]]) -> pa.Table:
-    """A batch table: each row checked against RolloutRecord, nested columns encoded, the version in
+def to_table(rows: Iterable[RolloutRecord | Mapping[str, Any]]) -> Any:
+    """A batch table (a pyarrow.Table): each row checked against RolloutRecord, nested columns encoded, the version in
     the schema metadata."""
     records = [row if isinstance(row, RolloutRecord) else RolloutRecord.model_validate(row) for row in rows]
     return pa.Table.from_pylist([record.to_row() for record in records], schema=ROLLOUT_SCHEMA)
@@ -424,7 +425,7 @@ class RunMetrics(_Doc):
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
-        return cls.migrate(data) if isinstance(data, dict) else data
+        return cls.migrate(cast(dict[str, Any], data)) if isinstance(data, dict) else data
 
     @classmethod
     def migrate(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -433,8 +434,8 @@ class RunMetrics(_Doc):
         if data.get("schema_version", METRICS_SCHEMA_VERSION) >= METRICS_SCHEMA_VERSION:
             return data
         benchmarks = {
-            name: env_metrics_of_schema_2(bm) if isinstance(bm, dict) else bm
-            for name, bm in (data.get("benchmarks") or {}).items()
+            name: env_metrics_of_schema_2(cast(dict[str, Any], bm)) if isinstance(bm, dict) else bm
+            for name, bm in cast(dict[str, Any], data.get("benchmarks") or {}).items()
         }
         return strip_unknown(cls, {**data, "benchmarks": benchmarks})
 

@@ -7,8 +7,8 @@ it (reports, metrics.json, artifacts, logs, saved blocks) goes through `redact` 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from pydantic import SecretStr
 
@@ -34,7 +34,7 @@ def split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         if is_secret(name):
             secret[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
         elif isinstance(value, Mapping):
-            inner_public, inner_secret = split(value)
+            inner_public, inner_secret = split(cast(Mapping[str, Any], value))
             public[name] = inner_public
             if inner_secret:
                 secret[name] = inner_secret
@@ -48,7 +48,7 @@ def merge(public: Mapping[str, Any], secret: Mapping[str, Any]) -> dict[str, Any
     merged = dict(public)
     for name, value in secret.items():
         if isinstance(value, Mapping) and isinstance(merged.get(name), Mapping):
-            merged[name] = merge(merged[name], value)
+            merged[name] = merge(merged[name], cast(Mapping[str, Any], value))
         else:
             merged[name] = value
     return merged
@@ -59,7 +59,7 @@ def redact(value: Any) -> Any:
     if isinstance(value, SecretStr):
         return MASK
     if isinstance(value, Mapping):
-        return {k: MASK if is_secret(k) and v else redact(v) for k, v in value.items()}
+        return {k: MASK if is_secret(k) and v else redact(v) for k, v in cast(Mapping[Any, Any], value).items()}
     if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        return [redact(v) for v in cast(Sequence[Any], value)]
     return value

@@ -14,13 +14,14 @@ import mimetypes
 import os
 import posixpath
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
-import fsspec
-from fsspec.core import url_to_fs
-from fsspec.implementations.local import LocalFileSystem
+import fsspec  # pyright: ignore[reportMissingTypeStubs]  # fsspec ships no type stubs (its calls are typed below)
+from fsspec.implementations.local import (  # pyright: ignore[reportMissingTypeStubs]  # fsspec ships no type stubs
+    LocalFileSystem,
+)
 
 from core import secrets
 from errors import EvalflowError
@@ -35,6 +36,19 @@ def content_type(path: str) -> str:
 
 def _protocols(fs: Any) -> tuple[str, ...]:
     return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+
+
+class _FileSystem(Protocol):
+    """The calls the store makes on an fsspec filesystem, with the types fsspec documents (its code has no
+    annotations): `cat_file` reads bytes, `glob` (without `detail`) lists paths."""
+
+    def cat_file(self, path: str) -> bytes: ...
+    def pipe_file(self, path: str, value: bytes, **kwargs: Any) -> None: ...
+    def exists(self, path: str) -> bool: ...
+    def copy(self, path1: str, path2: str) -> None: ...
+    def glob(self, path: str) -> list[str]: ...
+    def unstrip_protocol(self, name: str) -> str: ...
+    def rm_file(self, path: str) -> None: ...
 
 
 class StoreError(EvalflowError, RuntimeError):
@@ -118,15 +132,21 @@ class Store:
     def filesystem(self, url: str | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
         """(filesystem, path) for `url` (default: the store's root)."""
         target = url or self.url
+        url_to_fs = cast("Callable[..., tuple[fsspec.AbstractFileSystem, str]]", fsspec.core.url_to_fs)
         try:
             return url_to_fs(target, **(self.fsspec_options(target) if not is_local(target) else {}))
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {target!r}: {exc}; check the URL and the store's options") from exc
 
+    def _typed(self, url: str) -> tuple[_FileSystem, str]:
+        """`filesystem(url)`, its calls typed."""
+        fs, path = self.filesystem(url)
+        return cast(_FileSystem, fs), path
+
     # -- files ---------------------------------------------------------------------------------
     def write_bytes(self, url: str, data: bytes) -> str:
         """Write `data` to `url` atomically and return the URL."""
-        fs, path = self.filesystem(url)
+        fs, path = self._typed(url)
         if isinstance(fs, LocalFileSystem):
             directory = os.path.dirname(path)
             os.makedirs(directory, exist_ok=True)
@@ -153,7 +173,7 @@ class Store:
         return self.write_bytes(url, text.encode("utf-8"))
 
     def read_bytes(self, url: str) -> bytes:
-        fs, path = self.filesystem(url)
+        fs, path = self._typed(url)
         return fs.cat_file(path)
 
     def read_text(self, url: str) -> str:
@@ -162,18 +182,19 @@ class Store:
     def open(self, url: str, mode: str = "rb", compression: str | None = "infer") -> fsspec.core.OpenFile:
         """An fsspec OpenFile (a context manager) for reading or streaming; writes go through write_*."""
         options = {} if is_local(url) else self.fsspec_options(url)
+        open_file = cast("Callable[..., fsspec.core.OpenFile]", fsspec.open)  # one URL: one OpenFile
         try:
-            return fsspec.open(url, mode, compression=compression, **options)
+            return open_file(url, mode, compression=compression, **options)
         except (ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open {url!r}: {exc}") from exc
 
     def exists(self, url: str) -> bool:
-        fs, path = self.filesystem(url)
+        fs, path = self._typed(url)
         return fs.exists(path)
 
     def copy(self, src: str, dst: str) -> str:
         """Copy a file within the store, atomically (batch files are small: read, then one write)."""
-        fs, src_path = self.filesystem(src)
+        fs, src_path = self._typed(src)
         if not isinstance(fs, LocalFileSystem):
             _, dst_path = self.filesystem(dst)
             fs.copy(src_path, dst_path)  # server-side copy: the object appears whole or not at all
@@ -182,7 +203,7 @@ class Store:
 
     def list(self, url: str, pattern: str = "*") -> list[str]:
         """Full URLs of the files matching `pattern` under `url`, sorted; [] when there is none."""
-        fs, path = self.filesystem(url)
+        fs, path = self._typed(url)
         try:
             found = fs.glob(posixpath.join(path.rstrip("/"), pattern))
         except FileNotFoundError:
@@ -192,7 +213,7 @@ class Store:
         return sorted(fs.unstrip_protocol(p) for p in found)
 
     def remove(self, url: str) -> None:
-        fs, path = self.filesystem(url)
+        fs, path = self._typed(url)
         fs.rm_file(path)
 
     def check_writable(self, probe: bool = True) -> None:

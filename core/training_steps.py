@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 STEPS_FORMS = (
     "'all', 'latest', 'every:K' (the ready steps whose number is a multiple of K, K > 0) "
@@ -28,7 +29,7 @@ def _bad_steps(value: object) -> ValueError:
 
 
 def _step_numbers(items: list[Any], value: object) -> tuple[int, ...]:
-    numbers = []
+    numbers: list[int] = []
     for item in items:
         if isinstance(item, str) and item.strip().isdigit():
             item = int(item.strip())
@@ -40,7 +41,7 @@ def _step_numbers(items: list[Any], value: object) -> tuple[int, ...]:
     return tuple(sorted(set(numbers)))
 
 
-def parse_steps(value: str | int | list[int] | None) -> StepsSpec:
+def parse_steps(value: object) -> StepsSpec:
     """`model.steps` as a StepsSpec; None means "all" (every checkpoint, as it lands).
 
     `every:K` selects the ready steps whose NUMBER is a multiple of K (`every:100` on a run saving
@@ -55,7 +56,8 @@ def parse_steps(value: str | int | list[int] | None) -> StepsSpec:
     if isinstance(value, int):
         return StepsSpec("list", _step_numbers([value], value))
     if isinstance(value, list | tuple):
-        return StepsSpec("list", _step_numbers(list(value), value))
+        items = cast(Sequence[object], value)
+        return StepsSpec("list", _step_numbers(list(items), items))
     if not isinstance(value, str):
         raise _bad_steps(value)
     word = value.strip().lower()
@@ -83,5 +85,5 @@ def config_key(config: dict[str, Any]) -> str:
     data = {k: v for k, v in config.items() if k != "run_name"}
     model = data.get("model")
     if isinstance(model, dict):
-        data["model"] = {k: v for k, v in model.items() if k not in _PER_STEP}
+        data["model"] = {k: v for k, v in cast(dict[str, Any], model).items() if k not in _PER_STEP}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

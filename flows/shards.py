@@ -172,11 +172,11 @@ class ShardRun:
 
 
 async def _submit(deployment: str, parameters: dict[str, Any], shard: Shard, attempt: int) -> Any:
-    from prefect.deployments import run_deployment
+    from prefect.deployments import arun_deployment
 
     name = f"{shard.run_id}-shard-{shard.index + 1}of{shard.count}" + (f"-retry{attempt}" if attempt else "")
     params = {"config": parameters, "shard": shard.model_dump(mode="json")}
-    run = await run_deployment(name=deployment, parameters=params, timeout=0, flow_run_name=name, tags=["shard"])  # type: ignore[misc]
+    run = await arun_deployment(name=deployment, parameters=params, timeout=0, flow_run_name=name, tags=["shard"])
     return run.id
 
 
@@ -230,6 +230,7 @@ async def _run_shards(deployment: str, parameters: dict[str, Any], shards: list[
                 state = (await client.read_flow_run(run.flow_run_ids[-1])).state
                 if state is None or not state.is_final():
                     continue
+                assert state.name is not None  # Prefect's State validator names every state after its type
                 run.state, run.message = state.name, " ".join((state.message or "").split())[:300]
                 if state.is_completed():
                     run.seconds = time.monotonic() - started

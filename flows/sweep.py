@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from prefect import flow
 from prefect.context import FlowRunContext
-from prefect.deployments import run_deployment
+from prefect.deployments import arun_deployment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.config import EvalConfig
@@ -51,8 +51,8 @@ class SweepFile(BaseModel):
     """A sweep file: the grid, and what it was written for."""
 
     model_config = ConfigDict(extra="forbid")
-    base: str | None = Field(None, description="the base config file the grid applies to")
-    deployment: str | None = Field(DEFAULT_DEPLOYMENT, description="the eval deployment that runs each point")
+    base: str | None = Field(default=None, description="the base config file the grid applies to")
+    deployment: str | None = Field(default=DEFAULT_DEPLOYMENT, description="the eval deployment that runs each point")
     name: str | None = None
     grid: dict[str, list[Any]]
 
@@ -119,12 +119,18 @@ async def _run_child(
     if deployment is None:
         result = await eval_flow.with_options(flow_run_name=name)(EvalConfig.model_validate(data))
         return SweepPoint(index=index, values=values, state="Completed", run_id=result.run_info.run_id)
-    run = await run_deployment(deployment, parameters={"config": data}, flow_run_name=name, timeout=None)
+    # Keyed by this sweep run's attempt and the point: a request the client retries (a slow server under load)
+    # returns the child it already created instead of starting the point twice.
+    ctx = FlowRunContext.get()
+    key = f"{ctx.flow_run.id}-{ctx.flow_run.run_count}-p{index}" if ctx and ctx.flow_run else None
+    run = await arun_deployment(
+        deployment, parameters={"config": data}, flow_run_name=name, timeout=None, idempotency_key=key
+    )
     state = run.state
     return SweepPoint(
         index=index,
         values=values,
-        state=state.name if state else "?",
+        state=(state and state.name) or "?",
         message=state.message if state and not state.is_completed() else None,
         flow_run_id=str(run.id),
     )

@@ -36,6 +36,7 @@ from flows.eval import eval_flow
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.training_run import Step, list_steps, same_source, select_steps, training_run_id
 from tasks.collection.lease import lock_manager
+from tasks.prefect_sync import sync_call
 from tasks.reporting.format import browser_url
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import artifact_key
@@ -196,9 +197,9 @@ def _publish(result: WatchResult, store: Store) -> None:
     evaluated = [s.step for s in result.steps if s.state == "evaluated"]
     head = f"Poll of {result.source}: {result.listed} steps listed, {result.ready} ready, evaluated now: {evaluated}"
     markdown = f"{head}\n\n{store.read_text(result.curve['markdown'])}"
-    create_markdown_artifact(markdown=markdown, key=key, description=f"training run {result.training_run}", _sync=True)
+    sync_call(create_markdown_artifact, markdown=markdown, key=key, description=f"training run {result.training_run}")
     link = browser_url(result.curve["html"])
-    create_link_artifact(link=link, link_text="training curve", key=f"{key}-html", _sync=True)
+    sync_call(create_link_artifact, link=link, link_text="training curve", key=f"{key}-html")
 
 
 async def _evaluate(config: EvalConfig, step: Step, run: str, key: str, store: Store) -> WatchedStep:

@@ -96,7 +96,9 @@ class TemporaryApi:
         self.database = database
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
-        prefect_dir = Path(find_spec("prefect").origin).parent  # type: ignore[union-attr,arg-type]
+        spec = find_spec("prefect")
+        assert spec is not None and spec.origin is not None  # an installed package (evalflow depends on it)
+        prefect_dir = Path(spec.origin).parent
         server = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent), "--factory",
                   "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
                   "--log-level", "error", "--lifespan", "on"]  # fmt: skip

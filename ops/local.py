@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import httpx
@@ -28,6 +28,9 @@ import httpx
 from core.config import REPO_ROOT
 from core.prefect_env import PREFECT_ENV
 from errors import EvalflowError
+
+if TYPE_CHECKING:
+    from prefect.types import DateTime
 
 # the local server's database, the workers' logs and pid files (EVALFLOW_PREFECT_HOME moves them)
 HOME = Path(os.environ.get("EVALFLOW_PREFECT_HOME") or REPO_ROOT / ".prefect").resolve()
@@ -240,9 +243,9 @@ class LogFollower:
         from prefect.client.schemas.sorting import LogSort
 
         after = self.newest - timedelta(seconds=self.overlap_s) if self.newest else None
-        log_filter = LogFilter(
-            flow_run_id=LogFilterFlowRunId(any_=[self.flow_run_id]), timestamp=LogFilterTimestamp(after_=after)
-        )
+        # pydantic validates the datetime into Prefect's DateTime, the only type the filter's signature names
+        since = LogFilterTimestamp(after_=cast("DateTime | None", after))
+        log_filter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[self.flow_run_id]), timestamp=since)
         fresh: list[Any] = []
         offset = 0
         while True:

@@ -20,6 +20,7 @@ from core.secrets import redact
 from ops.local import POOLS, OpsError, api_url, pools, ui_url
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.training_run import Step, list_steps, same_source, training_run_id
+from tasks.prefect_sync import sync_call
 
 EVENT = "evalflow.checkpoint.saved"
 RUN_LABEL = "evalflow.training-run"
@@ -73,7 +74,7 @@ def deploy_watch(config: EvalConfig, name: str, pool: str, interval_s: float) ->
     )
     if pool in POOLS:
         pools()  # evalflow's own pools are created as `make deploy` creates them; another must exist
-    source = watch_deployment.from_source(source=str(REPO_ROOT), entrypoint=ENTRYPOINT)
+    source = sync_call(watch_deployment.from_source, source=str(REPO_ROOT), entrypoint=ENTRYPOINT)
     try:
         deployment_id = source.deploy(
             name=name,
@@ -108,7 +109,7 @@ def saved_step(step_path: str, run_source: str | None = None) -> tuple[Step, str
 
 def notify(step_path: str, run_source: str | None = None, training_run: str | None = None) -> str:
     """Send `evalflow.checkpoint.saved` for a finished step to the Prefect server; return the event's id."""
-    from prefect.events import Event
+    from prefect.events import Event, Resource
     from prefect.events.clients import get_events_client
 
     _needs_server()
@@ -116,13 +117,15 @@ def notify(step_path: str, run_source: str | None = None, training_run: str | No
     run = training_run or training_run_id(folder)
     event = Event(
         event=EVENT,
-        resource={
-            "prefect.resource.id": f"evalflow.checkpoint.{run}.{step.step}",
-            "prefect.resource.name": step.source,
-            RUN_LABEL: run,
-            STEP_LABEL: str(step.step),
-            PATH_LABEL: step.source,
-        },
+        resource=Resource(
+            {
+                "prefect.resource.id": f"evalflow.checkpoint.{run}.{step.step}",
+                "prefect.resource.name": step.source,
+                RUN_LABEL: run,
+                STEP_LABEL: str(step.step),
+                PATH_LABEL: step.source,
+            }
+        ),
         payload={"layout": step.layout},
     )
 

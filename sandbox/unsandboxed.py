@@ -103,12 +103,13 @@ async def _collect(
     tasks = [asyncio.ensure_future(drain(p.stderr)) for p in roles.values()]
     tasks.append(asyncio.ensure_future(drain(program.stdout)))
     transport: asyncio.BaseTransport | None = None
+    status: asyncio.Future[list[str]] | None = None
     if status_r is not None:
         reader = asyncio.StreamReader()
         transport, _ = await asyncio.get_running_loop().connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(status_r, "rb", buffering=0)
         )
-        tasks.append(asyncio.ensure_future(drain_lines(reader)))
+        status = asyncio.ensure_future(drain_lines(reader))
     reason = "finished"
     try:
         await asyncio.wait_for(main.wait(), timeout_s)
@@ -123,8 +124,9 @@ async def _collect(
             killpg(proc.pid)  # also takes down children left in its group
             await proc.wait()
     outputs = await asyncio.gather(*tasks)
+    status_lines = await status if status is not None else []
     if transport is not None:
         transport.close()
-    lines = [*(outputs[-1] if status_r is not None else []), *fates, f"end {reason}"]
+    lines = [*status_lines, *fates, f"end {reason}"]
     stderr = "".join(outputs[: len(roles)])
     return Raw(lines, None, outputs[len(roles)], stderr, time.monotonic() - start, False)

@@ -40,7 +40,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from core.record import Comparison, ComparisonRow, IndexEntry, Missing, RunInfo, RunRecord, RunSummary
 from core.schema import BenchmarkMetrics, RunMetrics
@@ -152,7 +152,7 @@ def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> ComparisonRow
 
 def _row(
     label: str,
-    kind: str,
+    kind: Literal["rate", "mean"],
     cur: float,
     base: float,
     delta_ci: tuple[float, Any, Any],
@@ -166,7 +166,7 @@ def _row(
         worse, better = better, worse
     return ComparisonRow(
         label=label,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         method=method,
         current=cur,
         baseline=base,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import duckdb
 
@@ -79,6 +80,14 @@ def _env_values(keys: Mapping[str, Sequence[str]]) -> str:
     return f"CASE benchmark {' '.join(cases)} END" if cases else "NULL::VARCHAR[]"
 
 
+def scalar(result: duckdb.DuckDBPyConnection) -> Any:
+    """The one value of a query's one row: an aggregate's (`SELECT count(*) ...` always returns its row)."""
+    row = result.fetchone()
+    assert row is not None, "an aggregate query returns one row"
+    (value,) = row
+    return value
+
+
 def load(con: duckdb.DuckDBPyConnection, files: list[str], env_keys: Mapping[str, Sequence[str]] | None = None) -> int:
     """Materialise the deduplicated `rollouts` table in one scan and one sort; returns duplicates dropped.
 
@@ -118,8 +127,8 @@ def load(con: duckdb.DuckDBPyConnection, files: list[str], env_keys: Mapping[str
             """,
             params,
         )
-        (kept,) = con.execute("SELECT count(*) FROM rollouts").fetchone()
-        (raw,) = con.execute("SELECT count(*) FROM read_parquet($files, union_by_name = true)", params).fetchone()
+        kept = scalar(con.execute("SELECT count(*) FROM rollouts"))
+        raw = scalar(con.execute("SELECT count(*) FROM read_parquet($files, union_by_name = true)", params))
     except (duckdb.Error, OSError) as exc:
         raise read_error(files, exc) from exc
     return raw - kept

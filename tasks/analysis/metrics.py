@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from prefect import get_run_logger, task
@@ -345,16 +345,16 @@ def _rounded(value: T) -> T:
     A document model is rounded in place (its fields replaced by their rounded values: the same types,
     so nothing to validate again); the document is freshly built and nothing else holds it yet."""
     if isinstance(value, float):
-        return float(f"{value:.{FLOAT_DIGITS}g}")  # type: ignore[return-value]
+        return cast(T, float(f"{value:.{FLOAT_DIGITS}g}"))
     if isinstance(value, BaseModel):
-        fields = value.__dict__
+        fields: dict[str, Any] = vars(value)
         for name, field in fields.items():
             fields[name] = _rounded(field)
         return value
     if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}  # type: ignore[return-value]
+        return cast(T, {k: _rounded(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
-        return type(value)(_rounded(v) for v in value)  # type: ignore[return-value]
+        return type(value)(_rounded(v) for v in value)
     return value
 
 

@@ -109,9 +109,9 @@ class ToolCallGroup(BenchmarkRow):
 
 
 class _Summary(NamedTuple):
-    """A column's count, mean and QUANTILES (in order) over one benchmark's rollouts."""
+    """A column's count of values `n`, mean and QUANTILES (in order) over one benchmark's rollouts."""
 
-    count: int
+    n: int
     mean: float | None
     quantiles: list[float | None]
 
@@ -389,8 +389,9 @@ def distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Distrib
     for name, expr in DISTRIBUTION_COLUMNS.items():
         bins: dict[str, tuple[float, float, int]] = {}
         for bench, columns in summaries.items():
-            if columns[name].count:
+            if columns[name].n:
                 lo, hi = columns[name].quantiles[0], columns[name].quantiles[-1]
+                assert lo is not None and hi is not None  # values are finite (rewards are checked): so are quantiles
                 bins[bench] = (lo, *_bins(name, lo, hi))
         histograms = _histogram_counts(con, expr, bins)
         for bench, columns in summaries.items():
@@ -399,7 +400,7 @@ def distributions(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Distrib
                 continue
             summary, (lo, width, count) = columns[name], bins[bench]
             out[bench][name] = Distribution(
-                count=summary.count,
+                count=summary.n,
                 mean=summary.mean,
                 quantiles=dict(zip(QUANTILES, summary.quantiles, strict=True)),
                 histogram=Histogram(edges=[lo + i * width for i in range(count + 1)], counts=histograms[bench]),

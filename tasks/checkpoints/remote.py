@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 
@@ -78,7 +78,7 @@ def list_url(store: Store, url: str) -> Listing:
         info = fs.info(path)
         if info.get("type") == "file":
             return Listing(url.rstrip("/"), True, {posixpath.basename(path): _remote_file(info)})
-        found = fs.find(path, detail=True)
+        found = cast(dict[str, dict[str, Any]], fs.find(path, detail=True))  # detail=True: path -> its info
     except FileNotFoundError as exc:
         raise CheckpointError(f"{url}: nothing there (check the bucket, the prefix and the endpoint)") from exc
     except Exception as exc:  # s3fs raises a zoo of botocore/aiohttp errors
@@ -102,7 +102,7 @@ def head(store: Store, listing: Listing, size: int) -> bytes:
         return b""
     fs, path = open_fs(store, listing.url)
     try:
-        return fs.cat_file(path, start=0, end=size)
+        return cast(bytes, fs.cat_file(path, start=0, end=size))  # bytes (fsspec is untyped: inferred str | bytes)
     except Exception as exc:  # s3fs raises a zoo of botocore/aiohttp errors
         raise CheckpointError(
             f"cannot read {listing.url} ({type(exc).__name__}: {exc}); check the URL and model.storage_options"

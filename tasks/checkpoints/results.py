@@ -9,6 +9,8 @@ other does not know fail the first run of the script, not pass silently. Field o
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, with_config
 from typing_extensions import TypedDict  # pydantic needs typing_extensions' TypedDict before Python 3.12
 
@@ -112,8 +114,8 @@ class PromptRequest(TypedDict, total=False):
     """count_prompt_tokens.py's Request: a plain prompt, or chat messages with their tools."""
 
     prompt: str
-    messages: list[dict[str, object]]
-    tools: list[dict[str, object]] | None
+    messages: list[dict[str, Any]]  # an environment's messages and tools (envs.base), as the request carries them
+    tools: list[dict[str, Any]] | None
 
 
 class DcpExport(_Result):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import fsspec
 
@@ -100,7 +100,7 @@ def _list(fs: fsspec.AbstractFileSystem, root: str, source: str) -> tuple[dict[s
     root = root.rstrip("/") or "/"
     try:
         fs.invalidate_cache(root)  # a poll must see what landed since the last one
-        found = fs.find(root, detail=True, withdirs=True)
+        found = cast(dict[str, dict[str, Any]], fs.find(root, detail=True, withdirs=True))  # path -> its info
         if not found and not fs.exists(root):
             raise FileNotFoundError(root)
     except FileNotFoundError as exc:

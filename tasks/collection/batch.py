@@ -74,7 +74,7 @@ async def _snapshots(
                 await asyncio.wait_for(stop.wait(), ctx.progress_interval_s)
             if stop.is_set() or len(finished) <= written[0]:
                 continue
-            rows = [dict(r) for r in finished.values()]  # copies: the thread stamps created_at on them
+            rows = [r.copy() for r in finished.values()]  # copies: the thread stamps created_at on them
             try:
                 await asyncio.to_thread(write_batch, ctx.store, url, rows)
                 written[0] = len(rows)

@@ -23,6 +23,7 @@ from prefect.filesystems import LocalFileSystem, RemoteFileSystem, WritableFileS
 from prefect.results import ResultStore
 
 from core.store import Store
+from tasks.prefect_sync import sync_call
 
 # A cache record that exists but cannot be read (an older format, a corrupt file): the batch is
 # collected again with refresh_cache, so the unreadable record is replaced.
@@ -127,7 +128,7 @@ def result_storage(store: Store, save: bool = True) -> WritableFileSystem:
         block = RemoteFileSystem(basepath=url, settings=store.options)
     name = "evalflow-results-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     if save:  # a dry run only reads records, which an unsaved block can do without the Prefect API
-        block.save(name, overwrite=True, _sync=True)  # type: ignore[call-arg]
+        sync_call(block.save, name, overwrite=True)
     if isinstance(block, RemoteFileSystem):
         block.settings = store.fsspec_options(url)
     return block

@@ -111,7 +111,8 @@ class FailureSummary:
     @classmethod
     def of(cls, benchmark: str, index: int, size: int, failures: list[RolloutFailed]) -> FailureSummary:
         kinds = {f.kind for f in failures}
-        kind: Kind = next((k for k in ("configuration", "environment") if k in kinds), "transient")  # type: ignore[assignment]
+        severe: list[Kind] = [k for k in ("configuration", "environment") if k in kinds]
+        kind: Kind = severe[0] if severe else "transient"
         reasons = tuple(Counter(f.message for f in failures).most_common(3))
         environment = sum(f.kind == "environment" for f in failures)
         return cls(benchmark, index, size, len(failures), kind, reasons, environment)

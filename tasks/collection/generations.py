@@ -5,7 +5,7 @@ run whose scoring changed but whose requests did not rescores those completions 
 from __future__ import annotations
 
 import json
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from core.store import Store
 
@@ -38,4 +38,6 @@ def find_generation(store: Store, generation: str) -> BatchRecord | None:
         record = json.loads(store.read_bytes(url))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and set(record) == set(BatchRecord.__annotations__) else None
+    if not isinstance(record, dict) or set(record) != set(BatchRecord.__annotations__):
+        return None
+    return cast(BatchRecord, record)  # a record this module wrote: BatchRecord's keys, checked above

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -104,6 +104,14 @@ def _holder_died(body: LeaseBody) -> bool:
     return False
 
 
+class _S3(Protocol):
+    """The s3fs calls the leases make (s3fs's `call_s3`, made by fsspec's `sync_wrapper`, reads as returning None)."""
+
+    def call_s3(self, method: str, /, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+
+    def cat_file(self, path: str) -> bytes: ...
+
+
 @dataclass
 class _Held:
     holder: str
@@ -118,7 +126,8 @@ class StoreLeaseLockManager:
     def __init__(self, store: Store, lease_s: float = LEASE_S) -> None:
         self.store = store
         self.lease_s = lease_s
-        self.fs, root = store.filesystem(store.path("cache", "locks"))
+        fs, root = store.filesystem(store.path("cache", "locks"))
+        self.fs = cast(_S3, fs)  # an s3:// store's S3FileSystem (lock_manager)
         self.bucket, _, self.prefix = root.strip("/").partition("/")
         self._held: dict[str, _Held] = {}
         self._seen: dict[str, tuple[str, float]] = {}  # key -> (ETag, when this process first saw it)

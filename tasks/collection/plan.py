@@ -64,9 +64,9 @@ def bench_sampling(config: EvalConfig, index: int) -> SamplingConfig:
     fields = bench.request_fields(config.model.reasoning.switch)
     if fields:
         extra = dict(config.sampling.extra_body)
-        run_kwargs = extra.get("chat_template_kwargs")
-        if isinstance(run_kwargs, dict) and isinstance(fields.get("chat_template_kwargs"), dict):
-            fields["chat_template_kwargs"] = {**run_kwargs, **fields["chat_template_kwargs"]}  # type: ignore[dict-item]
+        run_kwargs, bench_kwargs = extra.get("chat_template_kwargs"), fields.get("chat_template_kwargs")
+        if isinstance(run_kwargs, dict) and isinstance(bench_kwargs, dict):
+            fields["chat_template_kwargs"] = {**run_kwargs, **bench_kwargs}
         update["extra_body"] = {**extra, **fields}
     return config.sampling.model_copy(update=update) if update else config.sampling
 

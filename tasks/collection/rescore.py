@@ -5,6 +5,7 @@ batch's file, with no request to any server. The new file is the batch's own, ke
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -20,7 +21,7 @@ from tasks.collection.plan import Batch, BatchResult, batch_url
 from tasks.collection.rollout import CollectContext
 
 
-def stored_split(record: dict[str, Any], tags: ThinkTags, opened: bool) -> tuple[Split, dict[str, Any]]:
+def stored_split(record: Mapping[str, Any], tags: ThinkTags, opened: bool) -> tuple[Split, dict[str, Any]]:
     """A stored rollout's completion as reasoning and answer, and its token fields. Files of rollout schema 3 keep
     them apart; in older ones (no `ended_in_reasoning`) the completion is the whole text, think block included,
     and is split here (its token counts do not say which were reasoning)."""
@@ -56,7 +57,7 @@ async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source
     failures: list[RolloutFailed] = []
     opened = opened_by_prompt(ctx.reasoning, (batch.sampling or ctx.sampling).extra_body)
     for pid, repeat, row in wanted:
-        record: RolloutRow = old[(pid, repeat)]  # type: ignore[assignment]
+        record: RolloutRow = old[(pid, repeat)]
         split, fields = stored_split(record, ctx.reasoning, opened)
         try:
             score = await score_answer(env, row, split, ctx.reasoning, ctx.collection.env_timeout_s)
@@ -64,7 +65,7 @@ async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source
             failures.append(failure)
             continue
         if record.get("completion") is not None:  # a failed request's row (no completion) keeps its nulls
-            record.update(fields)  # type: ignore[typeddict-item]
+            record.update(**fields)  # the token fields, by their RolloutRow names
         record.update(
             run_id=ctx.run_id, benchmark=batch.benchmark, env_version=env.version, batch_key=batch.key,
             reference=env.reference(row), reward=score.reward, success=score.success,

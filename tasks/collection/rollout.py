@@ -227,18 +227,20 @@ async def rollout(ctx: CollectContext, env: Env, batch: Batch, row: dict[str, An
         return await _multi_turn(ctx, env, row, seed, record, sampling)
     assert isinstance(env, SingleTurnEnv)
     prompt = await env_call(env, "prompt", timeout, env.prompt, row)
+    messages: list[dict[str, str]] = []  # a chat's (a plain completion sends none)
     if prompt is None:
-        messages: list[dict[str, str]] = await env_call(env, "messages", timeout, env.messages, row)
+        messages = await env_call(env, "messages", timeout, env.messages, row)
         record["messages"] = messages
-        request: ChatRequest = {"messages": messages}
+        request = ChatRequest(messages=messages)
     else:
         # Plain completion: the prompt string takes the messages column's place (a JSON string, not a list).
         record["messages"] = to_json(prompt)
-        request = {"prompt": prompt, "plain": True}
+        request = ChatRequest(prompt=prompt, plain=True)
     try:
         stops = env.stop() or []
         # the OpenAI API (and vLLM) take at most MAX_STOPS stop sequences: the rest are cut here
-        response, latency = await _chat(ctx, sampling, **request, seed=seed, stop=stops[:MAX_STOPS] or None)
+        request.update(seed=seed, stop=stops[:MAX_STOPS] or None)
+        response, latency = await _chat(ctx, sampling, **request)
     except openai.APIStatusError as exc:  # only "too long" gets here: the prompt alone is over the context
         raise _prompt_too_long(ctx, exc, record["prompt_id"]) from None
     choice = response.choices[0]
@@ -343,7 +345,7 @@ def assistant_turn(answer: str | None, reasoning: str | None) -> dict[str, Any]:
 
 def _scored(record: RolloutRow, score: Score, **fields: Any) -> RolloutRow:
     """The record completed with the request's fields and the env's verdict."""
-    record.update(fields)  # type: ignore[typeddict-item]
+    record.update(**fields)  # the request's fields, by their RolloutRow names
     record.update(reward=score.reward, success=score.success, parsed_answer=score.parsed_answer, info=score.info)
     return record
 

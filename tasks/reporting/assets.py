@@ -58,4 +58,5 @@ def plotly_script(store: Store, page_url: str, self_contained: bool = False) -> 
 
 def self_contained_by_config(run_info: RunInfo) -> bool:
     """Whether the run's config asks for single-file reports (`store.self_contained_reports`)."""
-    return bool((run_info.config.get("store") or {}).get("self_contained_reports", False))
+    store = run_info.config.get("store")
+    return isinstance(store, dict) and bool(store.get("self_contained_reports", False))

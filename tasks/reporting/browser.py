@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import polars as pl
 
@@ -128,7 +128,7 @@ class BrowserTurn(TypedDict, total=False):
     id: str
 
 
-class BrowserRow(TypedDict, total=False):
+class BrowserRow(TypedDict):
     """One sampled rollout, keyed as static/browser.js reads it (short keys keep the page small): b benchmark
     index, p prompt id, r repeat, o outcome (correct, wrong, truncated while reasoning, error), w reward, t
     completion tokens, k reasoning tokens, n turns, c tool calls, a parsed
@@ -151,7 +151,7 @@ class BrowserRow(TypedDict, total=False):
     e: int | None
     m: list[BrowserTurn]
     i: int | None
-    fb: int | None
+    fb: NotRequired[int | None]  # only where the rollout's info has a final board
 
 
 class BrowserBenchmark(TypedDict):
@@ -212,7 +212,7 @@ def _turns(row: dict[str, Any], texts: _Texts) -> list[BrowserTurn]:
     if isinstance(transcript, list):
         return [_turn(m, texts) for m in transcript]
     if isinstance(messages, list):
-        turns = [_turn(m, texts) for m in messages]
+        turns: list[BrowserTurn] = [_turn(m, texts) for m in messages]
         role = "assistant"
     else:
         turns = [] if messages is None else [{"role": "prompt", "x": texts.add(_text(messages))}]

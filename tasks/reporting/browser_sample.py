@@ -17,13 +17,14 @@ tasks/analysis (the newest copy of a (benchmark, prompt, repeat) wins).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import duckdb
 import polars as pl
 
 from core.schema import ROLLOUT_SCHEMA
 from core.store import Store
-from tasks.analysis.load import check_versions, connect, duckdb_path, read_error
+from tasks.analysis.load import check_versions, connect, duckdb_path, read_error, scalar
 
 SALT = "evalflow-browser"  # part of every hash: the sample does not follow the prompt ids' order
 SOURCE = "read_parquet($files, union_by_name = true, filename = true)"
@@ -88,7 +89,8 @@ _SQL_TYPES = {"string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER", "bool"
 def sample_rollouts(files: list[str], store: Store, columns: list[str], n: int, dedupe: bool = True) -> pl.DataFrame:
     """Up to `n` rollouts per benchmark (`columns` plus `pick`, the priority), ordered by benchmark and pick."""
     if not files:
-        return pl.from_arrow(ROLLOUT_SCHEMA.empty_table().select(columns)).with_columns(pick=pl.lit(0, pl.Int64))
+        empty = cast(pl.DataFrame, pl.from_arrow(ROLLOUT_SCHEMA.empty_table().select(columns)))  # a Table's frame
+        return empty.with_columns(pick=pl.lit(0, pl.Int64))
     files_param = {"files": [duckdb_path(f) for f in files]}
     con = connect(files, store)
     try:
@@ -103,9 +105,9 @@ def sample_rollouts(files: list[str], store: Store, columns: list[str], n: int, 
             for c in columns
         )
         con.execute(KEYED + (NEWEST if dedupe else ""), {**files_param, "salt": SALT})
-        (fewest,) = con.execute(
-            "SELECT min(p) FROM (SELECT count(DISTINCT prompt_id) AS p FROM keyed GROUP BY ALL)"
-        ).fetchone()
+        fewest = scalar(
+            con.execute("SELECT min(p) FROM (SELECT count(DISTINCT prompt_id) AS p FROM keyed GROUP BY ALL)")
+        )
         rounds = min(n, math.ceil(n / fewest)) if fewest else 1
         quotas = {"n": n, "errors": max(1, n // 5), "quota": max(1, n // 20), "rounds": rounds}
         con.execute(CHOSEN, {"salt": SALT, **quotas})

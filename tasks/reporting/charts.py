@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from core.schema import BenchmarkMetrics, Distribution, Interval, RunMetrics
 from tasks.reporting.format import slug
-from tasks.reporting.headline import bounds, headline_rows, uses_tools
+from tasks.reporting.headline import HeadlineValue, bounds, headline_rows, uses_tools
 from tasks.reporting.parts import Chart
 
 MAX_PROMPT_BARS = 100  # more prompts than this: a histogram of per-prompt success rates instead of bars
@@ -68,6 +68,11 @@ def error_bars(values: list[float | None], cis: list[tuple[float | None, float |
     return {"type": "data", "array": plus, "arrayminus": minus, "visible": True}
 
 
+def _number(value: HeadlineValue) -> float | None:
+    """A headline cell that holds a rate or a mean (a float, or None where there is none)."""
+    return value if isinstance(value, int | float) else None
+
+
 def headline_charts(metrics: RunMetrics) -> list[Chart]:
     """Rates per benchmark with 95% CIs, and mean reward with its bootstrap CI."""
     rows = headline_rows(metrics)
@@ -85,16 +90,15 @@ def headline_charts(metrics: RunMetrics) -> list[Chart]:
 
     rates = go.Figure()
     for key in ("accuracy", "pass@1", "pass@n", "maj@n"):
-        values = [r.get(key) for r in rows]
+        values = [_number(r.get(key)) for r in rows]
         if all(v is None for v in values):  # maj@n where no environment declares it: no empty series
             continue
-        cis = [bounds(interval(benches[r["benchmark"]], key, str(r["n"]))) for r in rows]
+        cis = [bounds(interval(benches[str(r["benchmark"])], key, str(r["n"]))) for r in rows]
         rates.add_trace(go.Bar(x=names, y=values, name=key, error_y=error_bars(values, cis)))
     rates.update_layout(barmode="group", yaxis={"title": "rate", "range": [0, 1.05], "tickformat": ".0%"})
-    rewards = [r["mean_reward"] for r in rows]
-    reward = go.Figure(
-        go.Bar(x=names, y=rewards, name="mean reward", error_y=error_bars(rewards, [r["mean_reward_ci"] for r in rows]))
-    )
+    rewards = [_number(r["mean_reward"]) for r in rows]
+    reward_cis = [ci if isinstance(ci := r["mean_reward_ci"], tuple) else (None, None) for r in rows]
+    reward = go.Figure(go.Bar(x=names, y=rewards, name="mean reward", error_y=error_bars(rewards, reward_cis)))
     reward.update_layout(yaxis_title="mean reward")
     return [
         chart(rates, "chart-headline-rates", "Headline rates (95% CI)"),

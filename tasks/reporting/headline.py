@@ -140,7 +140,7 @@ def headline_records(metrics: Metrics) -> list[HeadlineRecord]:
     for row in headline_rows(metrics):
         record: HeadlineRecord = {}
         for key, value in row.items():
-            if key.endswith("_ci"):
+            if isinstance(value, tuple):  # a CI column, `<base>_ci`
                 base = key[: -len("_ci")]
                 record[f"{base}_ci_low"], record[f"{base}_ci_high"] = (
                     None if v is None else round(v, 6) for v in value
@@ -162,9 +162,9 @@ class StoredHeadline(BaseModel):
     accuracy: float | None = None
     accuracy_ci: tuple[float | None, float | None] = (None, None)
     stderr: float | None = None
-    pass_at_1: float | None = Field(None, alias="pass@1")
-    pass_at_n: float | None = Field(None, alias="pass@n")
-    maj_at_n: float | None = Field(None, alias="maj@n")
+    pass_at_1: float | None = Field(default=None, alias="pass@1")
+    pass_at_n: float | None = Field(default=None, alias="pass@n")
+    maj_at_n: float | None = Field(default=None, alias="maj@n")
     mean_reward: float | None = None
     mean_reward_ci: tuple[float | None, float | None] = (None, None)
 

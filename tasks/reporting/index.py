@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from filelock import FileLock
 
@@ -120,7 +120,8 @@ def read_entries(store: Store) -> list[IndexEntry]:
     """Every run's entry file, newest first (the source of truth that index.json is built from)."""
     fs, _ = store.filesystem(_entries_url(store))
     paths = _list_entries(store)
-    blobs = fs.cat(paths) if paths else {}  # one concurrent fetch on object stores
+    # one concurrent fetch on object stores; a list of paths gives path -> content (fsspec is untyped)
+    blobs = cast(dict[str, bytes], fs.cat(paths)) if paths else {}
     entries = []
     for path in paths:
         try:

@@ -38,7 +38,8 @@ E = TypeVar("E", bound=IndexEntry)
 class StoredEntry(IndexEntry):
     """An index entry (core.record.IndexEntry) as the page shows it: headline rows typed, its group and link."""
 
-    headline: dict[str, StoredHeadline] = Field(default_factory=dict)  # type: ignore[assignment]
+    # IndexEntry's open rows read back typed (pydantic validates each into a StoredHeadline): a narrower field
+    headline: dict[str, StoredHeadline] = Field(default_factory=dict)  # pyright: ignore[reportIncompatibleVariableOverride]  # read-only view
 
     @property
     def group(self) -> str:

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from core import secrets
 from core.record import Comparison, RunInfo, RunRecord
 from core.store import Store, join
+from tasks.prefect_sync import sync_call
 from tasks.reporting.assets import plotly_script, self_contained_by_config
 from tasks.reporting.browser import load_rollouts, write_browser
 from tasks.reporting.comparison import ComparisonView, comparison_view
@@ -144,28 +145,38 @@ def publish_artifacts(
     run = as_run_metrics(metrics)
     key = artifact_key(key)
     description = f"evalflow run {run_info.run_id}: {run_info.model}"
-    # _sync=True: these dispatch to coroutines inside async flows, which would never be awaited here.
-    create_markdown_artifact(
-        markdown=artifact_markdown(urls, run, run_info, comparison), key=key, description=description, _sync=True
+    # sync_call: these dispatch to coroutines inside async flows, which would never be awaited here.
+    sync_call(
+        create_markdown_artifact,
+        markdown=artifact_markdown(urls, run, run_info, comparison),
+        key=key,
+        description=description,
     )
     records = [{k: _json_safe(v) for k, v in r.items()} for r in headline_records(run)]
     if records:
-        create_table_artifact(table=records, key=f"{key}-metrics", description=description, _sync=True)
-    create_link_artifact(
-        link=browser_url(urls["html"]), link_text="HTML report", key=f"{key}-html", description=description, _sync=True
+        sync_call(create_table_artifact, table=records, key=f"{key}-metrics", description=description)
+    sync_call(
+        create_link_artifact,
+        link=browser_url(urls["html"]),
+        link_text="HTML report",
+        key=f"{key}-html",
+        description=description,
     )
     if urls.get("index_html"):
-        create_link_artifact(
+        sync_call(
+            create_link_artifact,
             link=browser_url(urls["index_html"]),
             link_text="All runs (index)",
             key=f"{key}-index",
             description=description,
-            _sync=True,
         )
     if comparison:
         comparison_key = COMPARISON_ARTIFACT_KEY if key == DEFAULT_ARTIFACT_KEY else f"{key}-comparison"
-        create_markdown_artifact(
-            markdown=comparison_markdown(comparison), key=comparison_key, description=description, _sync=True
+        sync_call(
+            create_markdown_artifact,
+            markdown=comparison_markdown(comparison),
+            key=comparison_key,
+            description=description,
         )
 
 

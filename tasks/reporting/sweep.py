@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 
 from core.store import Store, join
 from core.sweep_record import SweepPoint, SweepRecord
+from tasks.prefect_sync import sync_call
 from tasks.reporting.assets import plotly_script
 from tasks.reporting.charts import chart
 from tasks.reporting.format import browser_url, fmt_ci, fmt_num, fmt_rate, relative_link
@@ -149,7 +150,7 @@ def _publish(urls: dict[str, str], markdown: str) -> None:
         get_run_context()
     except MissingContextError:
         return
-    create_markdown_artifact(markdown=markdown, key=ARTIFACT_KEY, description="evalflow sweep", _sync=True)
-    create_link_artifact(
-        link=browser_url(urls["html"]), link_text="sweep report", key=f"{ARTIFACT_KEY}-html", _sync=True
+    sync_call(create_markdown_artifact, markdown=markdown, key=ARTIFACT_KEY, description="evalflow sweep")
+    sync_call(
+        create_link_artifact, link=browser_url(urls["html"]), link_text="sweep report", key=f"{ARTIFACT_KEY}-html"
     )

@@ -322,7 +322,8 @@ def provenance_sections(record: Provenance | None) -> list[Section]:
         return []
     code, runtime, server, hardware = record.evalflow, record.runtime, record.server, record.hardware
     commit_text = "–" if not code.commit else code.commit[:12] + (" (uncommitted changes)" if code.dirty else "")
-    cpu = server.get("cpu") or {}
+    cpu = server.get("cpu")
+    cpu = cpu if isinstance(cpu, dict) else {}
     pairs = [
         ("evalflow", f"{code.version or '–'}, commit {commit_text}"),
         ("python, prefect", f"{record.python or '–'}, {record.prefect or '–'}"),

@@ -17,12 +17,12 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def async_client(base_url: str, api_key: str, timeout: float | httpx.Timeout) -> openai.AsyncOpenAI:
+def async_client(base_url: str, api_key: str, timeout: float | openai.Timeout) -> openai.AsyncOpenAI:
     """An async client that does not retry (evalflow's own retries wait for restarts and other replicas)."""
     http = openai.DefaultAsyncHttpxClient(verify=tls_context(), timeout=timeout)
     return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http)
 
 
-def sync_client(base_url: str, api_key: str, timeout: float | httpx.Timeout) -> openai.OpenAI:
+def sync_client(base_url: str, api_key: str, timeout: float | openai.Timeout) -> openai.OpenAI:
     http = openai.DefaultHttpxClient(verify=tls_context(), timeout=timeout)
     return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http)

@@ -23,7 +23,8 @@ class EndpointError(EvalflowError, ValueError):
 
 
 def _client(endpoint: Endpoint, timeout_s: float) -> openai.OpenAI:
-    return sync_client(endpoint.base_url, endpoint.api_key, httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+    # the SDK's own Timeout: the SDK may send through its own httpx (httpx2), whose clients misread an httpx.Timeout
+    return sync_client(endpoint.base_url, endpoint.api_key, openai.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
 
 
 def _reason(exc: Exception) -> str:
