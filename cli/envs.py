@@ -1,4 +1,5 @@
-"""`evalflow envs list|check`: the environments this machine can run, and a check of one against its data."""
+"""`evalflow envs list|kinds|check`: the environments this machine can run, the extractor and scorer kinds a task
+file can name, and a check of one environment against its data."""
 
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ def list_envs(as_json: Annotated[bool, typer.Option("--json", help="print JSON")
         typer.echo(f"{s.name}  v{s.version}  {s.kind}  from {s.origin}")
         typer.echo(f"    options: {options}")
         typer.echo(f"    metrics: {', '.join(s.metrics) or '-'}")
+    for name, why in broken.items():
+        typer.echo(f"{name}  NOT LOADABLE: {why}")
+
+
+@app.command("kinds")
+def list_kinds(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Every extractor and scorer kind a task file can name (evalflow's own and installed plugins', entry points
+    `evalflow.extractors` and `evalflow.scorers`): name, where it comes from, its options with their defaults."""
+    from envs.catalog import describe_kinds
+
+    found, broken = describe_kinds()
+    if as_json:
+        typer.echo(json.dumps({"kinds": [asdict(k) for k in found], "broken": broken}, indent=2))
+        return
+    for k in found:
+        options = ", ".join(f"{n}={v}" for n, v in k.options.items()) or "-"
+        typer.echo(f"{k.group} {k.name}  from {k.origin}{'  (' + '; '.join(k.flags) + ')' if k.flags else ''}")
+        if k.summary:
+            typer.echo(f"    {k.summary}")
+        typer.echo(f"    options: {options}")
     for name, why in broken.items():
         typer.echo(f"{name}  NOT LOADABLE: {why}")
 

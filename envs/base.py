@@ -8,17 +8,21 @@ dataset loading and cache keys work for both.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from errors import EvalflowError
 
+T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The version of this module's interface (Env, SingleTurnEnv, MultiTurnEnv, Episode, Turn, Score, MetricSpec) for
 # environments outside evalflow: a change that breaks one of them bumps it (README, "Your own benchmark").
@@ -160,6 +164,17 @@ class Env(ABC):
         return hashlib.sha256(canonical_json(self._fingerprint_payload()).encode()).hexdigest()
 
 
+def run_to_completion(awaitable: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from synchronous code: here, or in a thread of its own when this thread is
+    already running an event loop (asyncio.run cannot nest)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(awaitable)
+    with ThreadPoolExecutor(1, thread_name_prefix="evalflow-score") as pool:
+        return pool.submit(asyncio.run, awaitable).result()
+
+
 @cache
 def _source_digest(cls: type) -> str | None:
     module = sys.modules.get(cls.__module__)
@@ -181,7 +196,10 @@ def _source_digest(cls: type) -> str | None:
 
 
 class SingleTurnEnv(Env):
-    """One request per rollout, scored from the completion text alone.
+    """One request per rollout, scored from the completion's answer alone (its reasoning is split off first).
+
+    Scoring is one call, `await env.ascore(row, answer)`; an environment defines `score` (synchronous) or
+    `ascore` (when it awaits a sandbox, a subprocess or a model), and the other follows from it.
 
     Chat envs (the default) build `messages` for the chat completions API. A plain-completion env
     returns the whole prompt text from `prompt`; the rollout then calls the (legacy) completions API
@@ -200,9 +218,29 @@ class SingleTurnEnv(Env):
     def stop(self) -> list[str] | None:
         """Stop sequences for the request (None: the chat template's end-of-turn is enough)."""
 
-    @abstractmethod
     def score(self, row: dict[str, Any], completion: str) -> Score:
-        """Score a completion against the row's reference."""
+        """Score a completion's answer against the row's reference, synchronously.
+
+        Define this, or `ascore` when scoring awaits something (a sandbox, a subprocess, a judge model). This
+        default runs `ascore` to completion, so either one gives both calls.
+        """
+        if type(self).ascore is SingleTurnEnv.ascore:
+            raise NotImplementedError(f"environment {self.name!r} defines neither score nor ascore")
+        return run_to_completion(self.ascore(row, completion))
+
+    async def ascore(self, row: dict[str, Any], completion: str) -> Score:
+        """The verdict evalflow awaits for every completion's answer (collection, rescoring, `evalflow envs check`).
+
+        Override it when scoring awaits something; this default runs `score` in place.
+        """
+        if type(self).score is SingleTurnEnv.score:
+            raise NotImplementedError(f"environment {self.name!r} defines neither score nor ascore")
+        return self.score(row, completion)
+
+    @classmethod
+    def defines_score(cls) -> bool:
+        """Whether the class scores at all (defines `score` or `ascore`): checked when an environment is loaded."""
+        return cls.score is not SingleTurnEnv.score or cls.ascore is not SingleTurnEnv.ascore
 
     def _fingerprint_payload(self) -> dict[str, Any]:
         # Stop sequences change what the server returns, so they belong in the cache key too.

@@ -1,20 +1,24 @@
-"""What `evalflow envs` shows: the registered environments (`describe`), and a check of one environment
-against its data (`check`): every row validated, the first prompts rendered, and each reference answer
-scored as if it were the completion, so a task author sees a broken template or extractor before any
-server starts.
+"""What `evalflow envs` shows: the registered environments (`describe`), the task files' extractor and scorer
+kinds (`describe_kinds`), and a check of one environment against its data (`check`): every row validated, the
+first prompts rendered, and each reference answer scored as if it were the completion, so a task author sees a
+broken template or extractor before any server starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import Env, MultiTurnEnv, SingleTurnEnv
+from pydantic_core import to_jsonable_python
+
+from envs.base import Env, MultiTurnEnv, Score, SingleTurnEnv
 from envs.datasets import load_rows
 from envs.registry import env_class, get_env, registered_names, registered_origin
+from envs.task_kinds import EXTRACTOR_GROUP, SCORER_GROUP, KindError, ScorerKind, kind_names, kind_origin, load_kind
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,48 @@ def summary(cls: type[Env], origin: str) -> EnvSummary:
     return EnvSummary(
         cls.name, origin, cls.version, kind_of(cls), options_of(cls), [m.key for m in cls.metrics]
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KindSummary:
+    """One extractor or scorer kind of declarative tasks as `evalflow envs kinds` prints it."""
+
+    group: str  # extractor | scorer
+    name: str
+    origin: str
+    summary: str  # the first line of the class's docstring
+    options: dict[str, str]  # option -> its default, as text ("required" when it has none)
+    flags: list[str]  # asynchronous, main thread, runs code, no reference
+
+
+def _kind_summary(group: str, name: str) -> KindSummary:
+    cls = load_kind(group, name)
+    doc = (cls.__doc__ or "").strip().splitlines()
+    options = {
+        n: "required" if f.is_required() else json.dumps(to_jsonable_python(f.get_default(call_default_factory=True)))
+        for n, f in cls.model_fields.items()
+        if n != "kind"
+    }
+    flags: list[str] = []
+    if issubclass(cls, ScorerKind):
+        flags += ["asynchronous"] if cls.asynchronous else []
+        flags += ["runs code"] if cls.runs_code else []
+        flags += [] if cls.uses_reference else ["no reference"]
+        flags += [f"default extractor: {cls.default_extractor}"]
+    noun = "scorer" if group == SCORER_GROUP else "extractor"
+    return KindSummary(noun, name, kind_origin(group, name), doc[0] if doc else "", options, flags)
+
+
+def describe_kinds() -> tuple[list[KindSummary], dict[str, str]]:
+    """Every registered extractor and scorer kind, and for each one that cannot be loaded here, why (one line)."""
+    found, broken = [], {}
+    for group in (EXTRACTOR_GROUP, SCORER_GROUP):
+        for name in kind_names(group):
+            try:
+                found.append(_kind_summary(group, name))
+            except KindError as exc:
+                broken[name] = str(exc)
+    return found, broken
 
 
 def describe() -> tuple[list[EnvSummary], dict[str, str]]:
@@ -102,9 +148,8 @@ def _prompt_text(env: Env, row: dict[str, Any]) -> str:
     return "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in messages)
 
 
-def _score(env: SingleTurnEnv, row: dict[str, Any], completion: str) -> Any:
-    ascore = getattr(env, "ascore", None)
-    return asyncio.run(ascore(row, completion)) if ascore else env.score(row, completion)
+def _score(env: SingleTurnEnv, row: dict[str, Any], completion: str) -> Score:
+    return asyncio.run(env.ascore(row, completion))
 
 
 def check(

@@ -3,9 +3,8 @@
 The model's code is loaded in the sandbox; the row's tests run in a separate judge process that calls it
 with plain data and compares results itself (sandbox/runner.py `run_tests`), so a program cannot pass by
 exiting early, patching the harness or returning objects that claim to equal anything.
-Scoring runs subprocesses, so these envs score asynchronously: `await env.ascore(row, completion)`.
-The synchronous `score` of the SingleTurnEnv protocol raises; rollout code awaits `ascore` when an env
-has one.
+Scoring runs subprocesses, so these envs define the asynchronous `ascore` (awaited by every caller); the
+synchronous `score` of the SingleTurnEnv protocol runs it to completion.
 """
 
 from __future__ import annotations
@@ -200,9 +199,6 @@ class CodeEnv(SingleTurnEnv):
     @abstractmethod
     def completion_prompt(self, row: dict[str, Any]) -> str:
         """lm-eval's plain-text prompt for the row (completion mode)."""
-
-    def score(self, row: dict[str, Any], completion: str) -> Score:
-        raise TypeError(f"{self.name} scores by running code in a sandbox: use `await env.ascore(row, completion)`")
 
     async def ascore(self, row: dict[str, Any], completion: str) -> Score:
         """Load the extracted program and run the row's tests against it; reward 1.0 iff the judge passed them all."""

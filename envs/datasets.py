@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 from urllib.parse import parse_qs
 from uuid import UUID
 
@@ -51,7 +51,7 @@ Opener = Callable[[str], AbstractContextManager[BinaryIO]]
 
 def fsspec_opener(url: str) -> AbstractContextManager[BinaryIO]:
     """Open a local path or fsspec URL with fsspec's defaults (its own credential lookup)."""
-    return fsspec.open(url, "rb", compression="infer")
+    return cast(AbstractContextManager[BinaryIO], fsspec.open(url, "rb", compression="infer"))
 
 
 def _is_parquet(url: str) -> bool:
@@ -240,9 +240,8 @@ def _hf_dataset_rows(spec: str, env: Env) -> Iterator[tuple[int, dict[str, Any]]
             loaded: Any = datasets.load_from_disk(str(Path(args["path"]).expanduser()))
             if isinstance(loaded, datasets.DatasetDict):
                 if args["split"] not in loaded:
-                    raise DatasetError(
-                        f"{spec}: no split {args['split']!r} in {args['path']}; splits: {', '.join(loaded)}"
-                    )
+                    splits = ", ".join(str(s) for s in loaded)
+                    raise DatasetError(f"{spec}: no split {args['split']!r} in {args['path']}; splits: {splits}")
                 loaded = loaded[args["split"]]
         else:
             loaded = datasets.load_dataset(

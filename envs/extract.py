@@ -13,6 +13,7 @@ import re
 import threading
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from typing import cast
 
 STRICT_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 FLEXIBLE_RE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
@@ -155,10 +156,10 @@ def _mv_parse(text: str, timeout: int | None) -> list:
     if to_number(text) is None and not text.startswith("$"):
         # Bare LaTeX from a box: undelimited, math-verify reads only a leading number (`1+\sqrt{2}` as 1,
         # `\left(2,3\right)` as 3), so give it math delimiters first.
-        parsed = parse(f"${text}$", parsing_timeout=timeout)
+        parsed = parse(f"${text}$", parsing_timeout=cast(int, timeout))  # None: no limit (math-verify's `int` hint)
         if parsed:
             return parsed
-    return parse(text, parsing_timeout=timeout)
+    return parse(text, parsing_timeout=cast(int, timeout))
 
 
 @lru_cache(maxsize=65536)

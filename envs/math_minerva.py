@@ -195,12 +195,13 @@ def is_equiv(x1: str, x2: str) -> bool:
     if x1 and x1 == x2:
         return True
     import sympy
+    from sympy.parsing.latex.errors import LaTeXParsingError
 
     try:
         with _alarm(SYMPY_TIMEOUT_S):
             try:
                 diff = _parse_latex(x1) - _parse_latex(x2)
-            except (sympy.parsing.latex.errors.LaTeXParsingError, sympy.SympifyError, TypeError):
+            except (LaTeXParsingError, sympy.SympifyError, TypeError):
                 return False
             try:
                 return bool(sympy.simplify(diff) == 0)

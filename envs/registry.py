@@ -22,7 +22,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
-from envs.base import Env, MetricSpec
+from envs.base import Env, MetricSpec, SingleTurnEnv
 from errors import EvalflowError
 
 ENTRY_POINT_GROUP = "evalflow.envs"
@@ -155,6 +155,8 @@ def _checked(cls: Any, what: str) -> type[Env]:
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
         raise EnvLoadError(f"{what} does not implement {missing}")
+    if issubclass(cls, SingleTurnEnv) and not cls.defines_score():
+        raise EnvLoadError(f"{what} does not implement score (or ascore, when its scoring awaits)")
     for attr in ("name", "version"):
         value = getattr(cls, attr, None)
         if not isinstance(value, str) or not _NAME.match(value):

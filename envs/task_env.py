@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from envs import main_thread
-from envs.base import DatasetError, Env, MetricSpec, Score, SingleTurnEnv, canonical_json
+from envs.base import DatasetError, Env, MetricSpec, Score, SingleTurnEnv, canonical_json, run_to_completion
 from envs.datasets import Opener, load_rows
 from envs.task_extract import extract
-from envs.task_score import CodeTestsScorer, judge, judge_code, needs_main_thread, row_tests
+from envs.task_kinds import Context
 from envs.task_spec import (
     TEMPLATE_GLOBALS,
     Metric,
@@ -64,6 +64,12 @@ def _choices(spec: TaskSpec, row: dict[str, Any]) -> list[Any] | None:
     return row.get(field) if field else None
 
 
+def context(spec: TaskSpec, metric: Metric, row: dict[str, Any], allow_unsandboxed: bool = False) -> Context:
+    """What a metric's scorer reads besides the answer (its reference only where the kind uses one)."""
+    ref = metric_reference(spec, metric, row) if metric.resolved_scorer.uses_reference else ""
+    return Context(row, ref, _choices(spec, row), spec.letters, allow_unsandboxed)
+
+
 def score_row(
     spec: TaskSpec, row: dict[str, Any], completion: str, done: dict[str, tuple[str | None, bool]] | None = None
 ) -> Score:
@@ -77,8 +83,7 @@ def score_row(
     for m in spec.metrics or ():
         if m.key not in verdicts:
             answer = extract(m.extract or (), completion, spec.letters)
-            ref = metric_reference(spec, m, row)
-            verdicts[m.key] = (answer, judge(m.scorer, answer, ref, _choices(spec, row), spec.letters))
+            verdicts[m.key] = (answer, m.resolved_scorer.verdict(answer, context(spec, m, row)))
     reward = spec.reward or []
     key = next((k for k in reward if verdicts[k][0] is not None), reward[-1])
     parsed, success = verdicts[key]
@@ -125,10 +130,13 @@ class TaskEnv(SingleTurnEnv):
 
     spec: ClassVar[TaskSpec]
     spec_json: ClassVar[str]
+    # Whether a metric's scorer awaits (runs programs, asks a model), or needs math-verify's main thread.
+    asynchronous: ClassVar[bool] = False
+    main_thread: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        spec, code = self.spec, any(isinstance(m.scorer, CodeTestsScorer) for m in self.spec.metrics or ())
+        spec, code = self.spec, any(m.resolved_scorer.runs_code for m in self.spec.metrics or ())
         known = ("fewshot", "system_prompt", *(("allow_unsandboxed",) if code else ()))
         for option in options:
             if option not in known:
@@ -235,9 +243,10 @@ class TaskEnv(SingleTurnEnv):
     def _check_scoring(self, row: dict[str, Any], where: str) -> None:
         spec = self.spec
         for i, m in enumerate(spec.metrics or ()):
-            if isinstance(m.scorer, CodeTestsScorer):
-                row_tests(m.scorer, row, where)
-            elif m.reference_field is not None and row.get(m.reference_field) in (None, ""):
+            m.resolved_scorer.check_row(row, where)
+            if not m.resolved_scorer.uses_reference:
+                continue
+            if m.reference_field is not None and row.get(m.reference_field) in (None, ""):
                 raise DatasetError(f"{where}: missing reference field {m.reference_field!r} (metrics.{i}: {m.key})")
         field = spec.choices.field if spec.choices else None
         if field is not None:
@@ -318,36 +327,32 @@ class TaskEnv(SingleTurnEnv):
     def stop(self) -> list[str] | None:
         return list(self.spec.stop) if self.spec.stop else None
 
-    def score(self, row: dict[str, Any], completion: str) -> Score:
-        spec = self.spec
-        if any(isinstance(m.scorer, CodeTestsScorer) for m in spec.metrics or ()):
-            raise TypeError(f"task {self.name!r} runs code in a sandbox: use `await env.ascore(row, completion)`")
-        if any(needs_main_thread(m.scorer) for m in spec.metrics or ()):
-            return main_thread.call(score_row, spec, row, completion)
-        return score_row(spec, row, completion)
-
-
-class AsyncTaskEnv(TaskEnv):
-    """A task that runs programs in the sandbox or calls math-verify: scored off the event loop."""
-
     async def ascore(self, row: dict[str, Any], completion: str) -> Score:
-        """Programs run in the sandbox first; the other metrics then in a worker process if any needs math-verify."""
-        spec = self.spec
-        done: dict[str, tuple[str | None, bool]] = {}
-        outcomes: dict[str, str] = {}
+        """Asynchronous kinds first (programs in the sandbox, a judge), awaited; then the rest, in a worker
+        process when one needs math-verify's main thread (envs.main_thread), else in place."""
+        spec, done, outcomes = self.spec, dict[str, tuple[str | None, bool]](), dict[str, str]()
         for m in spec.metrics or ():
-            if isinstance(m.scorer, CodeTestsScorer):
-                code = extract(m.extract or (), completion, spec.letters)
-                result = await judge_code(m.scorer, code, row, self.allow_unsandboxed)
-                done[m.key] = (code, result is not None and result.passed)
-                outcomes[m.key] = result.outcome if result is not None else "no_code"
-        if any(needs_main_thread(m.scorer) for m in spec.metrics or ()):
+            if m.resolved_scorer.asynchronous:
+                answer = extract(m.extract or (), completion, spec.letters)
+                verdict = await m.resolved_scorer.averdict(answer, context(spec, m, row, self.allow_unsandboxed))
+                done[m.key] = (answer, verdict.correct)
+                if verdict.outcome is not None:
+                    outcomes[m.key] = verdict.outcome
+        if self.main_thread:
             score = await main_thread.acall(score_row, spec, row, completion, done)
         else:
             score = score_row(spec, row, completion, done)
         if outcomes:
             score.info["outcomes"] = outcomes
         return score
+
+    def score(self, row: dict[str, Any], completion: str) -> Score:
+        """The same verdict from synchronous code: in place (math-verify on this main thread when it is one)."""
+        if self.asynchronous:
+            return run_to_completion(self.ascore(row, completion))
+        if self.main_thread:
+            return main_thread.call(score_row, self.spec, row, completion)
+        return score_row(self.spec, row, completion)
 
 
 _CLASSES: dict[str, type[TaskEnv]] = {}
@@ -358,7 +363,6 @@ def task_env_class(spec: TaskSpec) -> type[TaskEnv]:
     spec_json = spec.model_dump_json()
     if spec_json not in _CLASSES:
         metrics = spec.metrics or []
-        asynchronous = any(isinstance(m.scorer, CodeTestsScorer) or needs_main_thread(m.scorer) for m in metrics)
         namespace = {
             "__doc__": spec.description or f"The declarative task {spec.name!r}.",
             "__module__": __name__,
@@ -373,9 +377,10 @@ def task_env_class(spec: TaskSpec) -> type[TaskEnv]:
             "default_dataset": spec.dataset,
             "spec": spec,
             "spec_json": spec_json,
+            "asynchronous": any(m.resolved_scorer.asynchronous for m in metrics),
+            "main_thread": any(m.resolved_scorer.needs_main_thread() for m in metrics),
         }
-        base = AsyncTaskEnv if asynchronous else TaskEnv
-        _CLASSES[spec_json] = type(f"Task_{re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}", (base,), namespace)
+        _CLASSES[spec_json] = type(f"Task_{re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}", (TaskEnv,), namespace)
     return _CLASSES[spec_json]
 
 

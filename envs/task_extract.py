@@ -2,8 +2,9 @@
 
 One extractor or a list, tried in order until one finds something (lm-eval's filters, first match wins): a
 regex (lm-eval's regex filter, with its group and match selection), the last number, the last `\\boxed{}`, a
-field of the last JSON object, a multiple-choice letter, the whole text, or a program's code block. The models
-live here, beside what they do, and envs.task_spec assembles them into a task file.
+field of the last JSON object, a multiple-choice letter, the whole text, or a program's code block. Each kind is
+one model beside what it does, registered under `evalflow.extractors` in pyproject.toml like a plugin's
+(envs.task_kinds); envs.task_spec assembles them into a task file.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import regex
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from envs.code import extract_code
 from envs.extract import last_boxed, normalize_answer
+from envs.task_kinds import Extractor, ExtractorKind, NonEmpty
 
 _LAST_NUMBER_RE = re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|-?\.\d+")
 
@@ -48,22 +50,10 @@ def _as_extractors(value: Any) -> Any:
 
 
 Regex = Annotated[str, AfterValidator(_check_regex)]
-NonEmpty = Annotated[str, Field(min_length=1)]
 Letters = Annotated[str, Field(pattern=r"^[A-Z]{2,26}$")]
 
 
-class TaskModel(BaseModel):
-    """Every part of a task file: unknown fields are errors (a typo must not pass as a default)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class _Extractor(TaskModel):
-    # "number": lm-eval's cleanup of the found text (drop `,` and `$`, then one trailing `.`); empty: not found.
-    normalize: Literal["none", "number"] = "none"
-
-
-class RegexExtractor(_Extractor):
+class RegexExtractor(ExtractorKind):
     """lm-eval's regex filter: the `select`ed match's `group` ("first_matched": its first group that matched)."""
 
     kind: Literal["regex"]
@@ -81,77 +71,81 @@ class RegexExtractor(_Extractor):
             raise PydanticCustomError("task", "{message}", {"message": message, "at": "group"})
         return self
 
+    def find(self, text: str, letters: str) -> str | None:
+        return regex_find(self.pattern, self.group, self.select, text)
 
-class LastNumberExtractor(_Extractor):
+
+class LastNumberExtractor(ExtractorKind):
+    """The last number in the text (`-1,234.5`, `$18`, `.5`), without `$` and thousands separators."""
+
     kind: Literal["last_number"]
 
+    def find(self, text: str, letters: str) -> str | None:
+        return last_number(text)
 
-class BoxedExtractor(_Extractor):
+
+class BoxedExtractor(ExtractorKind):
+    """The content of the last `\\boxed{}` (nested braces kept)."""
+
     kind: Literal["boxed"]
 
+    def find(self, text: str, letters: str) -> str | None:
+        return last_boxed(text)
 
-class JsonFieldExtractor(_Extractor):
+
+class JsonFieldExtractor(ExtractorKind):
+    """A dotted key of the last JSON object in the text (a string as it is, anything else as JSON)."""
+
     kind: Literal["json_field"]
     key: NonEmpty  # dotted: `answer`, `result.value`, `items.0`
 
+    def find(self, text: str, letters: str) -> str | None:
+        return json_field(text, self.key)
 
-class ChoiceLetterExtractor(_Extractor):
+
+class ChoiceLetterExtractor(ExtractorKind):
+    """The multiple-choice letter the text gives: "The answer is (B)", "Answer: C", a lone "D", "(A)"."""
+
     kind: Literal["choice_letter"]
     letters: Letters | None = None  # default: the task's choices' letters, else ABCD
 
+    def find(self, text: str, letters: str) -> str | None:
+        return choice_letter(text, self.letters or letters)
 
-class WholeExtractor(_Extractor):
+
+class WholeExtractor(ExtractorKind):
+    """The whole answer text, stripped."""
+
     kind: Literal["whole"]
 
+    def find(self, text: str, letters: str) -> str | None:
+        return text.strip()
 
-class CodeExtractor(_Extractor):
+
+class CodeExtractor(ExtractorKind):
+    """A program: the first ```python block, else the whole text (envs.code.extract_code)."""
+
     kind: Literal["code"]  # the first ```python block, else the text (envs.code.extract_code)
 
+    def find(self, text: str, letters: str) -> str | None:
+        return extract_code(text)[0]
 
-Extractor = Annotated[
-    RegexExtractor
-    | LastNumberExtractor
-    | BoxedExtractor
-    | JsonFieldExtractor
-    | ChoiceLetterExtractor
-    | WholeExtractor
-    | CodeExtractor,
-    Field(discriminator="kind"),
-    BeforeValidator(kind_shorthand),
-]
+
 Extractors = Annotated[list[Extractor], BeforeValidator(_as_extractors), Field(min_length=1)]
 
 
-def extract(extractors: Sequence[Any], text: str, letters: str) -> str | None:
+def extract(extractors: Sequence[ExtractorKind], text: str, letters: str) -> str | None:
     """What the first extractor that finds anything finds (after its `normalize`); None: none found an answer.
 
     `letters`: the task's choice letters, for a choice_letter extractor that names none.
     """
     for ex in extractors:
-        found = _extract_one(ex, text, letters)
+        found = ex.find(text, letters)
         if found is not None and ex.normalize == "number":
             found = normalize_answer(found)
         if found:
             return found
     return None
-
-
-def _extract_one(ex: Any, text: str, letters: str) -> str | None:
-    if isinstance(ex, RegexExtractor):
-        return regex_find(ex.pattern, ex.group, ex.select, text)
-    if isinstance(ex, LastNumberExtractor):
-        return last_number(text)
-    if isinstance(ex, BoxedExtractor):
-        return last_boxed(text)
-    if isinstance(ex, JsonFieldExtractor):
-        return json_field(text, ex.key)
-    if isinstance(ex, ChoiceLetterExtractor):
-        return choice_letter(text, ex.letters or letters)
-    if isinstance(ex, WholeExtractor):
-        return text.strip()
-    if isinstance(ex, CodeExtractor):
-        return extract_code(text)[0]
-    raise TypeError(f"not an extractor: {ex!r}")
 
 
 # A task's own regexes run with the `regex` engine (re's syntax and matching: its VERSION0) under a time limit: a

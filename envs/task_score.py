@@ -3,7 +3,8 @@
 Each compares an extracted answer with the row's reference: lm-eval's exact_match (its options, applied to
 both sides as lm-eval does), numbers within a tolerance (optionally math-verify for the rest, as the gsm8k env
 does), math-verify equivalence, a multiple-choice letter, a substring, or the row's tests run against the
-program in the sandbox (asynchronous, like envs.code).
+program in the sandbox (asynchronous, like envs.code). Each kind is one model (envs.task_kinds.ScorerKind),
+registered under `evalflow.scorers` in pyproject.toml like a plugin's.
 """
 
 from __future__ import annotations
@@ -12,21 +13,22 @@ import builtins
 import string
 import sys
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field
 
 from envs.base import DatasetError
 from envs.code import remote_names
 from envs.extract import answers_equal, to_number
-from envs.task_extract import NonEmpty, Regex, TaskModel, kind_shorthand, remove_matches
+from envs.task_extract import Regex, remove_matches
+from envs.task_kinds import Context, NonEmpty, ScorerKind, TaskModel, Verdict
 from sandbox.runner import SandboxResult, TestSpec, run_tests
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _DIGITS = str.maketrans("", "", string.digits)
 
 
-class ExactMatchScorer(TaskModel):
+class ExactMatchScorer(ScorerKind):
     """lm-eval's exact_match: `regexes_to_ignore` removed from both sides in order, then case, punctuation, digits."""
 
     kind: Literal["exact_match"]
@@ -35,6 +37,10 @@ class ExactMatchScorer(TaskModel):
     ignore_numbers: bool = False
     regexes_to_ignore: list[Regex] = Field(default_factory=list)
     fallback: str | None = "[invalid]"  # compared when nothing was extracted (lm-eval's filter fallback)
+
+    def verdict(self, answer: str | None, context: Context) -> bool:
+        answer = self.fallback if answer is None else answer
+        return answer is not None and lm_eval_clean(answer, self) == lm_eval_clean(context.reference, self)
 
 
 class Tolerance(TaskModel):
@@ -46,53 +52,80 @@ def _tolerance(value: Any) -> Any:
     return {"absolute": value} if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
-class NumericScorer(TaskModel):
+class NumericScorer(ScorerKind):
+    """Numbers equal within a tolerance (absolute, or relative to the reference); math-verify for the rest if set."""
+
     kind: Literal["numeric"]
     tolerance: Annotated[Tolerance, BeforeValidator(_tolerance)] = Tolerance()  # a bare number: absolute
     # Non-numbers: equal strings or math-verify equivalence (envs.extract.answers_equal, as gsm8k), not wrong.
     math_verify: bool = False
+    default_extractor: ClassVar[str] = "last_number"
+
+    def needs_main_thread(self) -> bool:
+        return self.math_verify
+
+    def verdict(self, answer: str | None, context: Context) -> bool:
+        if answer is None:
+            return False
+        close = numbers_close(answer, context.reference, self.tolerance)
+        return close if close is not None else self.math_verify and answers_equal(answer, context.reference)
 
 
-class MathVerifyScorer(TaskModel):
+class MathVerifyScorer(ScorerKind):
+    """math-verify's equivalence of the answer and the reference (`1/2` and `0.5`, `\\frac{1}{2}`)."""
+
     kind: Literal["math_verify"]
+    default_extractor: ClassVar[str] = "boxed"
+
+    def needs_main_thread(self) -> bool:
+        return True
+
+    def verdict(self, answer: str | None, context: Context) -> bool:
+        return answer is not None and answers_equal(answer, context.reference)
 
 
-class MultipleChoiceScorer(TaskModel):
+class MultipleChoiceScorer(ScorerKind):
+    """The answer's letter (or a choice's text) is the reference's (a letter, a choice's text or its 0-based index)."""
+
     kind: Literal["multiple_choice"]
+    default_extractor: ClassVar[str] = "choice_letter"
+
+    def verdict(self, answer: str | None, context: Context) -> bool:
+        return multiple_choice(answer, context.reference, context.choices, context.letters)
 
 
-class ContainsScorer(TaskModel):
+class ContainsScorer(ScorerKind):
+    """The reference appears in the answer (optionally ignoring case)."""
+
     kind: Literal["contains"]
     ignore_case: bool = False
 
+    def verdict(self, answer: str | None, context: Context) -> bool:
+        if answer is None:
+            return False
+        ref = context.reference
+        return (ref.casefold() in answer.casefold()) if self.ignore_case else ref in answer
 
-class CodeTestsScorer(TaskModel):
+
+class CodeTestsScorer(ScorerKind):
+    """The row's tests run against the extracted program in the sandbox (a separate judge process)."""
+
     kind: Literal["code_tests"]
     tests_field: NonEmpty = "test_list"  # a list of assert statements, or one string of test code
     setup_field: str | None = None  # trusted code run before the tests (and before the program)
     entry_point_field: str | None = None  # the function the tests call (else: the names they use it defines)
     timeout_s: Annotated[float, Field(gt=0)] = 5.0
+    default_extractor: ClassVar[str] = "code"
+    asynchronous: ClassVar[bool] = True
+    uses_reference: ClassVar[bool] = False
+    runs_code: ClassVar[bool] = True
 
+    def check_row(self, row: dict[str, Any], where: str) -> None:
+        row_tests(self, row, where)
 
-Scorer = Annotated[
-    ExactMatchScorer | NumericScorer | MathVerifyScorer | MultipleChoiceScorer | ContainsScorer | CodeTestsScorer,
-    Field(discriminator="kind"),
-    BeforeValidator(kind_shorthand),
-]
-# The extractor a metric gets when neither it nor the task names one.
-DEFAULT_EXTRACTOR: dict[str, str] = {
-    "exact_match": "whole",
-    "numeric": "last_number",
-    "math_verify": "boxed",
-    "multiple_choice": "choice_letter",
-    "contains": "whole",
-    "code_tests": "code",
-}
-
-
-def needs_main_thread(scorer: Any) -> bool:
-    """Whether the scorer may call math-verify, whose timeout is SIGALRM (envs.main_thread)."""
-    return isinstance(scorer, MathVerifyScorer) or (isinstance(scorer, NumericScorer) and scorer.math_verify)
+    async def averdict(self, answer: str | None, context: Context) -> Verdict:
+        result = await judge_code(self, answer, context.row, context.allow_unsandboxed)
+        return Verdict(result is not None and result.passed, result.outcome if result is not None else "no_code")
 
 
 def lm_eval_clean(text: str, scorer: ExactMatchScorer) -> str:
@@ -140,25 +173,6 @@ def multiple_choice(pred: str | None, ref: str, choices: list[Any] | None, lette
         return pred.upper() == want
     text = choices[letters.index(want)] if want is not None and choices and letters.index(want) < len(choices) else ref
     return pred.rstrip(".").strip().casefold() == str(text).strip().casefold()
-
-
-def judge(scorer: Any, pred: str | None, ref: str, choices: list[Any] | None, letters: str) -> bool:
-    """A synchronous scorer's verdict on an extracted answer (None: nothing extracted)."""
-    if isinstance(scorer, ExactMatchScorer):
-        pred = scorer.fallback if pred is None else pred
-        return pred is not None and lm_eval_clean(pred, scorer) == lm_eval_clean(ref, scorer)
-    if pred is None:
-        return False
-    if isinstance(scorer, NumericScorer):
-        close = numbers_close(pred, ref, scorer.tolerance)
-        return close if close is not None else scorer.math_verify and answers_equal(pred, ref)
-    if isinstance(scorer, MathVerifyScorer):
-        return answers_equal(pred, ref)
-    if isinstance(scorer, MultipleChoiceScorer):
-        return multiple_choice(pred, ref, choices, letters)
-    if isinstance(scorer, ContainsScorer):
-        return (ref.casefold() in pred.casefold()) if scorer.ignore_case else ref in pred
-    raise TypeError(f"{type(scorer).__name__} does not score synchronously")
 
 
 def row_tests(scorer: CodeTestsScorer, row: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:

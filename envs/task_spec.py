@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import IO, Annotated, Any, Literal, NoReturn, cast
 
 import fsspec
 import pyarrow.parquet as pq
@@ -31,8 +31,8 @@ from pydantic_core import PydanticCustomError
 from envs.base import DatasetError
 from envs.datasets import is_hf_dataset, parse_hf_dataset
 from envs.extract import normalize_number
-from envs.task_extract import Extractor, Extractors, Letters, NonEmpty, TaskModel, as_list
-from envs.task_score import DEFAULT_EXTRACTOR, Scorer
+from envs.task_extract import Extractors, Letters, as_list
+from envs.task_kinds import Extractor, NonEmpty, Scorer, ScorerKind, TaskModel, kind_fields
 from errors import EvalflowError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -104,6 +104,13 @@ class Metric(TaskModel):
     scorer: Scorer | None = None  # default: the task's
     reference_field: str | None = None  # default: the task's reference
     reference: Template | None = None
+
+    @property
+    def resolved_scorer(self) -> ScorerKind:
+        """The metric's scorer: its own or the task's (a loaded TaskSpec gives every metric one)."""
+        if self.scorer is None:
+            raise ValueError(f"metric {self.key!r} has no scorer: load the task with load_task_spec")
+        return self.scorer
 
 
 class Message(TaskModel):
@@ -188,7 +195,7 @@ class TaskSpec(TaskModel):
             m.scorer = m.scorer or self.scorer
             if m.scorer is None:
                 _fail(f"metrics.{i}", "no scorer: give metrics[].scorer or a task-level scorer")
-            m.extract = m.extract or self.extract or _EXTRACTORS.validate_python(DEFAULT_EXTRACTOR[m.scorer.kind])
+            m.extract = m.extract or self.extract or _EXTRACTORS.validate_python(m.scorer.default_extractor)
             if m.reference is not None and m.reference_field is not None:
                 _fail(f"metrics.{i}.reference", "give reference_field or a reference template, not both")
             if m.reference is None and m.reference_field is None:
@@ -240,7 +247,9 @@ def _subclasses(cls: type) -> list[type]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
-_FIELD_NAMES = sorted({f for cls in _subclasses(TaskModel) for f in cls.model_fields} - {"kind"})
+def _field_names() -> list[str]:
+    """Every field name a task file may use (the registered kinds' options included), for "did you mean"."""
+    return sorted({f for cls in _subclasses(TaskModel) for f in cls.model_fields} - {"kind"} | set(kind_fields()))
 
 
 class _Doc:
@@ -289,22 +298,17 @@ def _child(node: Any, part: Any) -> tuple[Any, Any] | None:
 def _message(err: Any) -> tuple[tuple[Any, ...], str]:
     """A pydantic error's location and message, in the task file's words."""
     loc, kind, ctx, value = tuple(err["loc"]), err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "task":
-        return loc + tuple(int(p) if p.isdigit() else p for p in ctx["at"].split(".")), ctx["message"]
+    if kind in ("task", "kind"):  # "kind": a kind's name or shape (envs.task_kinds), at `kind` where the file has one
+        at = tuple(int(p) if p.isdigit() else p for p in ctx["at"].split(".")) if ctx.get("at") else ()
+        return loc + at, ctx["message"]
     if kind == "value_error":
         return loc, str(ctx["error"])
     if kind == "template":
         return loc, err["msg"]
-    if kind == "union_tag_invalid":
-        known = ctx["expected_tags"].replace("'", "")
-        noun = "scorer" if "exact_match" in known else "extractor"
-        return (*loc, "kind"), f"unknown {noun} {ctx['tag']!r}; known: {known}"
-    if kind == "union_tag_not_found":
-        return loc, "missing 'kind'"
     if kind == "missing":
         return loc, "missing required field"
     if kind == "extra_forbidden":
-        close = difflib.get_close_matches(str(loc[-1]), _FIELD_NAMES, n=1)
+        close = difflib.get_close_matches(str(loc[-1]), _field_names(), n=1)
         return loc, f"unknown field {loc[-1]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
     scalar = value is None or isinstance(value, str | int | float | bool)
     return loc, err["msg"] + (f", got {value!r}" if scalar else "")
@@ -427,5 +431,5 @@ def _count_rows(path: str) -> int:
         return pq.ParquetFile(path).metadata.num_rows
     with fsspec.open(path, "rb", compression="infer") as f:
         if fmt == "csv":
-            return sum(1 for _ in csv.DictReader(io.TextIOWrapper(f, encoding="utf-8", newline="")))
+            return sum(1 for _ in csv.DictReader(io.TextIOWrapper(cast(IO[bytes], f), encoding="utf-8", newline="")))
         return sum(1 for line in f if line.strip())

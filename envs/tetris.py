@@ -228,6 +228,7 @@ class TetrisEpisode(Episode):
         if name != TOOL_NAME:
             self.malformed_tool_calls += 1
             return f"Error: unknown tool {name!r}; the only tool is `{TOOL_NAME}`.\n\n{self._status()}"
+        assert isinstance(fn, dict)  # it named the tool
         args = fn.get("arguments")
         if isinstance(args, str):
             try:

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envs.base import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Turn
+from evalflow import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Turn
 
 SYSTEM = "You are a shop assistant. Look up every unit price with the price tool, then call submit with the total."
 TOOLS = [

@@ -14,8 +14,7 @@ from tasks.collection.env_calls import checked_score, env_call
 
 
 async def _score(env: SingleTurnEnv, row: dict[str, Any], text: str, timeout_s: float) -> Score:
-    scorer = getattr(env, "ascore", None) or env.score  # envs that score asynchronously (sandboxed code, sympy)
-    return checked_score(env, "score", await env_call(env, "score", timeout_s, scorer, row, text))
+    return checked_score(env, "score", await env_call(env, "score", timeout_s, env.ascore, row, text))
 
 
 async def score_answer(

@@ -17,7 +17,7 @@ import inspect
 import json
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from envs.base import Env, Score, Turn
@@ -31,7 +31,9 @@ def _failed(env: Env, what: str, problem: str) -> RolloutFailed:
 
 
 def _in_thread(what: str, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-    """`fn(*args)` in a new daemon thread (not an executor's, whose threads the interpreter joins at exit)."""
+    """`fn(*args)` in a new daemon thread (not an executor's, whose threads the interpreter joins at exit); an
+    awaitable it returns (an `ascore`) runs to its end on that thread's own event loop, so neither a blocking
+    synchronous scorer behind the default `ascore` nor an async one that never yields can stall the rollouts'."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
 
@@ -41,7 +43,8 @@ def _in_thread(what: str, fn: Callable[..., Any], *args: Any) -> asyncio.Future[
 
     def run() -> None:
         try:
-            outcome = (True, fn(*args))
+            value = fn(*args)
+            outcome = (True, asyncio.run(_awaited(value)) if inspect.isawaitable(value) else value)
         except Exception as exc:
             outcome = (False, exc)
         except BaseException as exc:  # sys.exit() in a scorer: the user's code ended, not this process
@@ -53,6 +56,10 @@ def _in_thread(what: str, fn: Callable[..., Any], *args: Any) -> asyncio.Future[
     return future
 
 
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
+
+
 async def env_call(env: Env, what: str, timeout_s: float, fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)` (awaited when it returns an awaitable), any failure an environment error naming `what`."""
     own = type(env).source_digest() is None
@@ -60,8 +67,7 @@ async def env_call(env: Env, what: str, timeout_s: float, fn: Callable[..., Any]
         if own:
             result = fn(*args)
             return await result if inspect.isawaitable(result) else result
-        result = await asyncio.wait_for(_in_thread(what, fn, *args), timeout_s)
-        return await asyncio.wait_for(result, timeout_s) if inspect.isawaitable(result) else result
+        return await asyncio.wait_for(_in_thread(what, fn, *args), timeout_s)
     except TimeoutError:
         raise _failed(env, what, f"did not return within {timeout_s:g} s (collection.env_timeout_s)") from None
     except RolloutFailed:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import importlib
 import typing
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from tasks.checkpoints import results
+from tasks.runtime.scripts import SCRIPTS_DIR
 
 PAIRS = [
     ("hf_check", "FolderValidation"),
@@ -38,7 +38,7 @@ def test_script_result_and_model_declare_the_same_fields(
     script: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the scripts run as files from their folder (they import their sibling _runtime_io), as the runtime runs them
-    monkeypatch.syspath_prepend(str(Path(results.__file__).parent))
-    declared = getattr(importlib.import_module(f"tasks.checkpoints.{script}"), name)
+    monkeypatch.syspath_prepend(str(SCRIPTS_DIR))
+    declared = getattr(importlib.import_module(f"tasks.runtime.scripts.{script}"), name)
     model = getattr(results, {"Request": "PromptRequest"}.get(name, name))
     assert sorted(_fields(declared)) == sorted(_fields(model))

@@ -160,9 +160,19 @@ def test_mbpp_tests_take_only_what_the_reference_defines() -> None:
     assert MBPPEnv().program(row, "def add(a, b):\n    return a + b")[0] == "def add(a, b):\n    return a + b\n"
 
 
-def test_sync_score_is_refused() -> None:
-    with pytest.raises(TypeError, match="ascore"):
-        MBPPEnv().score(MBPP_ROW, "")
+@needs_sandbox
+def test_the_synchronous_score_is_the_awaited_one_run_to_completion() -> None:
+    """One protocol: the env defines `ascore` only; `score` gives the same verdict from plain code and from code
+    already inside an event loop (where asyncio.run cannot nest)."""
+    env, right, wrong = MBPPEnv(), f"```python\n{MBPP_ROW['code']}\n```", "def add(a, b):\n    return a - b"
+
+    async def inside_a_loop() -> tuple[bool, bool]:
+        return env.score(MBPP_ROW, right).success, env.score(MBPP_ROW, wrong).success
+
+    assert (env.score(MBPP_ROW, right).success, env.score(MBPP_ROW, wrong).success) == (True, False)
+    assert asyncio.run(inside_a_loop()) == (True, False)
+    sync, awaited = env.score(MBPP_ROW, right), ascore(env, MBPP_ROW, right)
+    assert (sync.reward, sync.parsed_answer, sync.info["outcome"]) == (awaited.reward, awaited.parsed_answer, "pass")
 
 
 # --- scoring in the sandbox ---------------------------------------------------------------------

@@ -54,13 +54,13 @@ BROKEN = [
     (
         "unknown scorer",
         BASE.replace("scorer: exact_match", "scorer: {kind: exactmatch}"),
-        "5: scorer.kind: unknown scorer 'exactmatch'; known: exact_match, numeric, math_verify, multiple_choice, "
-        "contains, code_tests",
+        "5: scorer.kind: unknown scorer 'exactmatch' (did you mean 'exact_match'?); known: code_tests, contains, "
+        "exact_match, math_verify, multiple_choice, numeric",
     ),
     (
         "unknown scorer shorthand",
         BASE.replace("scorer: exact_match", "scorer: exactmatch"),
-        "5: scorer: unknown scorer 'exactmatch'; known: exact_match,",
+        "5: scorer: unknown scorer 'exactmatch' (did you mean 'exact_match'?); known: code_tests,",
     ),
     (
         "bad regex",
@@ -81,8 +81,8 @@ BROKEN = [
     (
         "unknown extractor",
         BASE + "extract: boxd\n",
-        "6: extract: unknown extractor 'boxd'; known: regex, last_number, boxed, json_field, choice_letter, whole, "
-        "code",
+        "6: extract: unknown extractor 'boxd' (did you mean 'boxed'?); known: boxed, choice_letter, code, json_field, "
+        "last_number, regex, whole",
     ),
     (
         "unknown extractor in a list",

@@ -65,9 +65,20 @@ def test_shop_file_is_short_and_imports_only_the_public_api() -> None:
     text = SHOP_FILE.read_text()
     assert len(text.splitlines()) < 100
     imports = [line for line in text.splitlines() if line.startswith(("import ", "from "))]
-    assert [line for line in imports if "envs" in line] == [
-        "from envs.base import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Turn"
+    assert [line for line in imports if "envs" in line or "evalflow" in line] == [
+        "from evalflow import DatasetError, Episode, MetricSpec, MultiTurnEnv, Score, Turn"
     ]
+
+
+@pytest.mark.parametrize(
+    "path", [SHOP_FILE, *sorted(PLUGIN_DIR.glob("evalflow_plugin_demo/*.py"))], ids=lambda p: p.name
+)
+def test_the_examples_import_evalflow_only_through_its_public_path(path: Path) -> None:
+    """What users copy: `from evalflow import ...`, never evalflow's own modules (which may move)."""
+    internal = ("envs", "core", "tasks", "flows", "blocks", "cli", "ops", "sandbox", "errors")
+    for line in path.read_text().splitlines():
+        if line.startswith(("import ", "from ")):
+            assert line.split()[1].split(".")[0] not in internal, f"{path.name}: {line}"
 
 
 def test_shop_shipped_rows_validate(shop: ModuleType) -> None:
@@ -237,8 +248,9 @@ def test_plugin_metadata_registers_the_env_under_its_own_name(plugin: ModuleType
     assert project["project"]["name"] == "evalflow-plugin-demo"
     assert project["project"]["dependencies"] == []  # installs offline into evalflow's environment
     assert project["build-system"]["build-backend"] == "hatchling.build"
-    entry_points = project["project"]["entry-points"][ENTRY_POINT_GROUP]
-    assert entry_points == {"echo_words": "evalflow_plugin_demo.env:WordCountEnv"}
+    entry_points = project["project"]["entry-points"]
+    assert entry_points[ENTRY_POINT_GROUP] == {"echo_words": "evalflow_plugin_demo.env:WordCountEnv"}
+    assert entry_points["evalflow.scorers"] == {"within_percent": "evalflow_plugin_demo.scorers:WithinPercent"}
     assert plugin.WordCountEnv.name == "echo_words"  # evalflow refuses an entry point named otherwise
 
 
@@ -274,3 +286,56 @@ def test_plugin_installs_and_evalflow_finds_it(tmp_path: Path) -> None:
     name, data, origin = out.stdout.strip().split("|")
     assert name == "echo_words" and Path(data) == site / "evalflow_plugin_demo" / "data.jsonl"
     assert origin.startswith("evalflow-plugin-demo")
+    _uses_the_plugins_scorer_kind(site, tmp_path)
+
+
+PERCENT_TASK = """\
+name: estimates
+dataset: rows.jsonl
+prompt:
+  user: "Estimate {{ question }}"
+scorer: {kind: within_percent, percent: 5}
+"""
+
+
+def _uses_the_plugins_scorer_kind(site: Path, work: Path) -> None:
+    """The installed plugin's scorer kind, named by a task file and run from another working directory: it scores,
+    `evalflow envs kinds` lists it, and a misspelt kind or a bad option of it fails in one line."""
+    (work / "rows.jsonl").write_text('{"id": "g", "question": "g in m/s^2.", "answer": "9.81"}\n')
+    (work / "task.yaml").write_text(PERCENT_TASK)
+    (work / "typo.yaml").write_text(PERCENT_TASK.replace("within_percent", "within_percnt"))
+    (work / "negative.yaml").write_text(PERCENT_TASK.replace("percent: 5", "percent: -5"))
+    probe = (
+        "import asyncio\n"
+        "from envs.registry import get_env\n"
+        "from envs.registry import EnvLoadError\n"
+        "env = get_env('task.yaml')\n"
+        "row = env.read_rows()[0]\n"
+        "for text in ('About 10.', 'About 12.', 'No idea.'):\n"
+        "    s = asyncio.run(env.ascore(row, text))\n"
+        "    print(text, s.success, s.parsed_answer, sep='|')\n"
+        "for bad in ('typo.yaml', 'negative.yaml'):\n"
+        "    try:\n"
+        "        get_env(bad)\n"
+        "    except ValueError as exc:\n"
+        "        print('ERROR', exc, sep='|')\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{site}:{REPO_ROOT}"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=work, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[:3] == ["About 10.|True|10", "About 12.|False|12", "No idea.|False|None"]
+    known = "code_tests, contains, exact_match, math_verify, multiple_choice, numeric, within_percent"
+    assert lines[3] == (
+        f"ERROR|typo.yaml:5: scorer.kind: unknown scorer 'within_percnt' (did you mean 'within_percent'?); "
+        f"known: {known}"
+    )
+    assert lines[4] == "ERROR|negative.yaml:5: scorer.percent: Input should be greater than 0, got -5"
+    listing = subprocess.run(
+        [sys.executable, "-m", "cli", "envs", "kinds", "--json"], capture_output=True, text=True, timeout=120,
+        cwd=work, env=env,
+    )  # fmt: skip
+    assert listing.returncode == 0, listing.stderr
+    kinds = {k["name"]: k for k in json.loads(listing.stdout)["kinds"]}
+    assert kinds["within_percent"]["origin"].startswith("evalflow-plugin-demo (evalflow_plugin_demo.scorers")
+    assert kinds["within_percent"]["options"] == {"percent": "1.0"} and kinds["within_percent"]["group"] == "scorer"

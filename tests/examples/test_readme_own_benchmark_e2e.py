@@ -22,7 +22,7 @@ from typer.testing import CliRunner, Result
 
 from cli.main import app
 from core.record import RunRecord
-from envs import registry
+from envs import registry, task_kinds
 from tasks.serving.server import Endpoint
 from tests.conftest import REPO_ROOT
 from tests.faultproxy import FaultProxy
@@ -106,6 +106,7 @@ class WalkThrough:
         assert (self.target / "evalflow_plugin_demo" / "env.py").is_file(), done.stdout + done.stderr
         sys.path.insert(0, str(self.target))  # where the later in-process commands find it (restored at the end)
         registry._entry_points.cache_clear()  # entry points are read once per process
+        task_kinds.clear_cache()
         self.plugin = True
 
     def envs(self, line: str, args: list[str]) -> None:
@@ -116,6 +117,13 @@ class WalkThrough:
             assert re.search(r"^gsm8k  v\d+  single-turn  from evalflow ", out, flags=re.MULTILINE), out
             if self.plugin:
                 assert re.search(rf"^{PLUGIN_ENV}  v1  single-turn  from evalflow-plugin-demo ", out, re.MULTILINE), out
+            return
+        if args[0] == "kinds":
+            assert re.search(
+                r"^scorer exact_match  from evalflow \(envs.task_score:ExactMatchScorer\)", out, re.MULTILINE
+            )
+            if self.plugin:
+                assert re.search(r"^scorer within_percent  from evalflow-plugin-demo ", out, re.MULTILINE), out
             return
         assert re.search(r"^\S+ v\S+ \((single|multi)-turn, .*\): [1-9]\d* rows valid in ", out, re.MULTILINE), out
         assert "--- " in out, out  # the rendered prompts
@@ -203,7 +211,8 @@ def test_the_readme_walk_through_runs_as_written(
             if name.split(".")[0] == "evalflow_plugin_demo":
                 del sys.modules[name]
         registry._entry_points.cache_clear()
-    assert set(walk.seen) >= {"install", "envs list", "envs check", "run", "rescore"}, walk.seen
+        task_kinds.clear_cache()
+    assert set(walk.seen) >= {"install", "envs list", "envs kinds", "envs check", "run", "rescore"}, walk.seen
     ran = set(walk.runs) | {config for config in EXPECTED_RUNS if any(config in s for s in walk.skipped)}
     assert ran == EXPECTED_RUNS, (ran, lines)
     if walk.skipped:

@@ -4,7 +4,7 @@ Run as `python tests/fidelity/evalflow_score.py` with the tree first on PYTHONPA
 math_corpus/ifeval_corpus/reasoning_corpus build them; stdout: per item, each lm-eval metric the env publishes
 (the value its `lm_eval_metrics` declaration maps it from: `pass@1` is the reward), named as lm-eval's
 `process_results` names it (the `,none` filter dropped: `exact_match`; gsm8k's `exact_match,strict-match`
-kept whole), plus `reward`; stderr ends with the seconds the env's `score` took. Comparing two trees shows a
+kept whole), plus `reward`; stderr ends with the seconds the env's scoring took. Comparing two trees shows a
 change's effect on the published numbers.
 
 An item with `"think_end_token"` is a reasoning model's raw completion, scored as the collection scores it
@@ -14,6 +14,7 @@ text); its line also carries `ended_in_reasoning`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -25,14 +26,20 @@ def metric_key(name: str) -> str:
     return name.removesuffix(",none")
 
 
+def verdict(env: Any, row: dict, text: str) -> Any:
+    """The env's Score as the collection asks for it (`await env.ascore`); an older tree's sync-only env: `score`."""
+    ascore = getattr(type(env), "ascore", None)
+    return asyncio.run(env.ascore(row, text)) if ascore is not None else env.score(row, text)
+
+
 def score_reasoning(env: Any, row: dict, text: str, end: str) -> tuple[Any, bool]:
     """How the collection scores one raw completion of a reasoning model: (the merged Score, ended_in_reasoning)."""
     from core.reasoning import ThinkTags, lm_eval_text, merged_score, needs_lm_eval_score, split_text
 
     tags = ThinkTags(end=end)
     split = split_text(text, tags)
-    answer = env.score(row, split.answer)
-    lm = env.score(row, lm_eval_text(split, tags)) if needs_lm_eval_score(env, split, tags) else None
+    answer = verdict(env, row, split.answer)
+    lm = verdict(env, row, lm_eval_text(split, tags)) if needs_lm_eval_score(env, split, tags) else None
     return merged_score(env, answer, lm, split), split.ended_in_reasoning
 
 
@@ -51,7 +58,7 @@ def main() -> None:
         if "think_end_token" in item:
             score, ended = score_reasoning(env, row, item["response"], item["think_end_token"])
         else:
-            score, ended = env.score(row, item["response"]), None
+            score, ended = verdict(env, row, item["response"]), None
         busy += time.perf_counter() - start
         out: dict[str, Any] = {"reward": score.reward}
         if ended is not None:

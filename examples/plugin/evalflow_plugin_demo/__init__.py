@@ -1,1 +1,2 @@
-"""Example evalflow plugin: its environment is in `env`, found by evalflow through the `evalflow.envs` entry point."""
+"""Example evalflow plugin: an environment (`env`, entry point group `evalflow.envs`) and a scorer kind for task
+files (`scorers`, group `evalflow.scorers`)."""

@@ -1,6 +1,6 @@
 """Word counting: a single-turn env shipped by a plugin package, its data inside the package.
 
-Uses only `envs.base` (evalflow's public env API) and the standard library, so it installs with no
+Uses only `evalflow` (the public API for environments) and the standard library, so it installs with no
 dependencies into any evalflow environment.
 """
 
@@ -11,7 +11,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envs.base import DatasetError, MetricSpec, Score, SingleTurnEnv
+from evalflow import DatasetError, MetricSpec, Score, SingleTurnEnv
 
 INSTRUCTION = "Count the words of the sentence below (words are separated by spaces). End with the number."
 _INTEGER = re.compile(r"-?\d+")
