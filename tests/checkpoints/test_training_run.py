@@ -322,8 +322,9 @@ def test_a_run_of_200_steps_on_s3_is_listed_in_a_few_requests(
     assert steps[0].source == "s3://training-runs/grpo/step_10" and steps[0].newest_mtime is not None
     assert abs(steps[0].newest_mtime - time.time()) < 600  # LastModified, as epoch seconds
     print(f"{len(calls)} S3 requests ({calls}) in {elapsed:.2f} s")
-    assert len(calls) <= 3, calls  # one paginated listing (600 objects), not one request per step
-    assert elapsed < 2
+    # one paginated listing (600 objects), not one request per step: the count is the property (its seconds
+    # depend on the machine and its load, and flaked under a loaded test lane)
+    assert len(calls) <= 3, calls
     pattern = list_steps(
         "s3://training-runs/grpo/step_{step}/policy/weights", Store("s3://training-runs", s3), now=time.time() + 3600
     )
