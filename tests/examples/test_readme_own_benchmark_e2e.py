@@ -72,7 +72,7 @@ class WalkThrough:
             return self.install_plugin(line)
         if words[:3] == ["uv", "run", "evalflow"] and len(words) > 3:
             command, args = words[3], words[4:]
-            if command == "envs" and args[:1] in (["list"], ["check"]):
+            if command == "envs" and args[:1] in (["list"], ["kinds"], ["check"]):
                 return self.envs(line, args)
             if command == "run" and "--config" in args and "--dry-run" not in args:
                 return self.run(line, args)
