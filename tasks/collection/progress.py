@@ -133,7 +133,10 @@ class Progress:
             text += f" · finished in {timedelta(seconds=round(time.monotonic() - self.started))}"
         get_logger().info(text, extra={"evalflow_progress": True})
         if self._creating is not None:
-            await self._creating  # started with the collection; long done by the first report
+            # Started with the collection, and usually done by the first report. Shielded: the ticker is cancelled
+            # when the collection ends, possibly while its report waits here, and that must not cancel the
+            # creation the final report still waits for (a CancelledError ended a whole collection that way).
+            await asyncio.shield(self._creating)
         if self._artifact is not None:
             try:
                 await aupdate_progress_artifact(self._artifact, self._percent(), description=text)

@@ -143,3 +143,33 @@ def test_every_client_shares_one_tls_context() -> None:
     assert (time.process_time() - started) / 20 < 0.005  # a fresh context costs ~15-35 ms of CPU
     one.close()
     asyncio.run(pool.aclose())
+
+
+def test_a_collection_that_ends_while_a_report_waits_for_the_artifact_still_finishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ticker is cancelled when the collection ends; a report of its waiting for the artifact's creation then must
+    not cancel that creation, which the final report awaits (a CancelledError ended a collection so, under load)."""
+    release = asyncio.Event()
+    updates: list[str] = []
+
+    async def slow_artifact(*args: object, **kwargs: object) -> str:
+        await release.wait()  # the API answers only after the collection ended
+        return "00000000-0000-0000-0000-000000000000"
+
+    async def update(artifact: object, percent: float, description: str) -> None:
+        updates.append(description)
+
+    monkeypatch.setattr(progress_module, "_in_run", lambda: True)
+    monkeypatch.setattr(progress_module, "acreate_progress_artifact", slow_artifact)
+    monkeypatch.setattr(progress_module, "aupdate_progress_artifact", update)
+    progress = progress_module.Progress(total=1, interval_s=0.05)
+
+    async def go() -> None:
+        async with progress.reporting():
+            await asyncio.sleep(0.2)  # the ticker's first report is now waiting for the creation
+            progress.add_cached(1)
+            asyncio.get_running_loop().call_later(0.1, release.set)  # answered while the body exits
+
+    asyncio.run(asyncio.wait_for(go(), 10))
+    assert updates and "finished in" in updates[-1] and "1/1 rollouts" in updates[-1]
