@@ -50,10 +50,17 @@ def test_ifeval_equals_lm_eval_on_10000_edge_responses_but_where_lm_eval_is_rand
     # with langdetect seeded as evalflow seeds it, only the docs where lm-eval draws a random letter differ
     pinned = agreement(items, seeded, ev)
     assert all(random_in_lm_eval(d["doc"]) for d in pinned["disagreements"])
-    everything = pinned["groups"]["all"]
+    # Where lm-eval draws nothing at random, every verdict agrees at every level. How many of the few random docs
+    # happen to disagree is chance (it once took the share over all docs under 99.9%), so it is not counted; the
+    # corpus keeps them rare.
+    fixed = [i for i, item in enumerate(items) if not random_in_lm_eval(item["doc"])]
+    assert len(items) - len(fixed) <= len(items) // 200
+    exact = agreement([items[i] for i in fixed], [seeded[i] for i in fixed], [ev[i] for i in fixed])
+    assert not exact["disagreements"]
+    everything = exact["groups"]["all"]
     for level in LEVELS:
         total = everything["prompts" if level.startswith("prompt") else "instructions"]
-        assert everything[level] / total >= 0.999, (level, everything[level], total)
+        assert everything[level] == total, (level, everything[level], total)
     # every instruction id is covered, on both verdicts
     assert len(pinned["groups"]) == 26
     assert 0.2 < sum(bool(v["prompt_level_strict_acc"]) for v in as_run) / len(items) < 0.8
