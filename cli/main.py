@@ -6,6 +6,7 @@ import typer
 
 from cli import envs, local, reports
 from cli.common import EvalflowGroup
+from cli.compare import compare
 from cli.prepare import prepare
 from cli.rescore import rescore
 from cli.run import run
@@ -28,6 +29,7 @@ app.command()(watch)
 app.command()(notify)
 app.command()(prepare)
 app.command()(rescore)
+app.command()(compare)
 app.add_typer(reports.app, name="reports")
 app.add_typer(envs.app, name="envs")
 app.command()(runtime)

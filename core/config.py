@@ -16,6 +16,7 @@ from pydantic import Field, JsonValue, SecretStr, field_validator, model_validat
 from core.benchmark_config import BenchmarkConfig, benchmark_setting, check_extra_body
 from core.config_base import URL_RE, absolute_path
 from core.config_base import Strict as _Strict
+from core.gate_config import GateConfig
 from core.reasoning import ThinkTags
 from core.reasoning_parsers import check_reasoning_parser
 from core.training_steps import parse_steps
@@ -388,6 +389,9 @@ class EvalConfig(_Strict):
     benchmarks: list[BenchmarkConfig] = Field(default_factory=lambda: [BenchmarkConfig(name="gsm8k")], min_length=1)
     collection: CollectionConfig = Field(default_factory=CollectionConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    gate: GateConfig = Field(
+        default_factory=GateConfig, description="how far a metric may drop against the baseline (evalflow compare)"
+    )
 
     @model_validator(mode="after")
     def _unique_benchmarks(self) -> EvalConfig:

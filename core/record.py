@@ -15,8 +15,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from core.metrics_doc import METRICS_SCHEMA_VERSION, RunMetrics
 from core.migrate import strip_unknown
-from core.schema import METRICS_SCHEMA_VERSION, RunMetrics
 
 RunState = Literal["planned", "collected", "complete", "incomplete", "failed"]
 
@@ -164,7 +164,11 @@ class RunSummary(_Record):
 
 
 class ComparisonRow(_Record):
-    """One metric of one benchmark, current against baseline, with the delta's 95% CI (tasks.analysis.compare)."""
+    """One metric of one benchmark, current against baseline, with the delta's 95% CI (tasks.analysis.compare).
+
+    `method` names how: paired-clustered and paired-mcnemar-exact over the prompts both runs asked (then current,
+    baseline and the n are those prompts'), clustered-prompts, newcombe or bootstrap-prompts for independent runs.
+    `detectable` is the smallest |delta| this pair of runs would flag at 5% with 80% power."""
 
     label: str
     kind: Literal["rate", "mean"]
@@ -178,6 +182,51 @@ class ComparisonRow(_Record):
     n_baseline: int
     regression: bool = False
     improvement: bool = False
+    se: float | None = None
+    p_value: float | None = None  # paired rows: McNemar's exact test, or the Wald test of delta / se
+    detectable: float | None = None
+
+
+class FlippedPrompt(_Record):
+    """A prompt whose majority verdict changed: its success rate over its repeats in each run."""
+
+    prompt_id: str
+    baseline: float
+    current: float
+
+
+class Pairing(_Record):
+    """How one benchmark's prompts pair up between the runs (matched by prompt id and the prompt's content), and the
+    prompts whose majority verdict flipped (a tie counts as wrong), each list largest pass@1 change first (up to
+    MAX_FLIPS listed; the counts are complete)."""
+
+    shared: int
+    only_current: int = 0
+    only_baseline: int = 0
+    changed: int = 0  # same prompt id, different content: left out of the pairing
+    lost_count: int = 0  # right in the baseline, wrong now
+    gained_count: int = 0
+    lost: list[FlippedPrompt] = Field(default_factory=list)
+    gained: list[FlippedPrompt] = Field(default_factory=list)
+
+
+class GateFailure(_Record):
+    benchmark: str
+    metric: str  # compare's key: accuracy, pass@1, pass@n, maj@n, mean_reward, an env rate's key
+    label: str
+    delta: float
+    bound: float | None  # the CI's bound nearer to 0 (rule "ci")
+    threshold: float  # the drop allowed
+    rule: Literal["ci", "absolute"]
+
+
+class GateVerdict(_Record):
+    """The comparison gate (tasks.analysis.gate): passed unless a metric dropped beyond its threshold."""
+
+    passed: bool
+    checked: int  # comparison rows the gate looked at
+    failures: list[GateFailure] = Field(default_factory=list)
+    rules: dict[str, JsonValue] = Field(default_factory=dict)  # the gate's settings, as given
 
 
 class Missing(_Record):
@@ -186,15 +235,22 @@ class Missing(_Record):
 
 
 class Comparison(_Record):
-    """A run against its baseline: per benchmark, each headline metric's row; the flagged ones listed."""
+    """A run against its baseline: per benchmark, each headline metric's row and how the prompts paired up; the
+    flagged ones listed; the gate's verdict where one was asked for."""
 
     level: float
     current: RunSummary | None = None
     baseline: RunSummary | None = None
     benchmarks: dict[str, dict[str, ComparisonRow]] = Field(default_factory=dict)
+    pairing: dict[str, Pairing] = Field(default_factory=dict)
     regressions: list[str] = Field(default_factory=list)
     improvements: list[str] = Field(default_factory=list)
     missing: Missing = Field(default_factory=Missing)
+    gate: GateVerdict | None = None
+
+    @property
+    def baseline_id(self) -> str:
+        return (self.baseline.run_id if self.baseline else None) or "?"
 
 
 class IndexEntry(_Record):
@@ -225,6 +281,9 @@ class IndexEntry(_Record):
     report: str | None = None
     metrics: str | None = None
     markdown: str | None = None
+    baseline_run_id: str | None = None  # the run it was compared with
+    regressions: list[str] = Field(default_factory=list)  # "benchmark: metric" flagged against that baseline
+    gate_passed: bool | None = None  # the comparison gate's verdict; None without a baseline
 
     @model_validator(mode="before")
     @classmethod

@@ -80,9 +80,10 @@ _PER_STEP = ("source", "served_name", "steps", "step", "training_run", "step_ord
 
 def config_key(config: dict[str, Any]) -> str:
     """A run config's identity apart from which checkpoint of a training run it evaluates (the model's source,
-    served name and step, the watching settings) and its run name: two runs of one step with equal keys
-    evaluated it the same way (the redacted config a run records gives the same key as the one it ran)."""
-    data = {k: v for k, v in config.items() if k != "run_name"}
+    served name and step, the watching settings), its run name and its comparison gate (which judges a run, not
+    how it is evaluated): two runs of one step with equal keys evaluated it the same way (the redacted config a
+    run records gives the same key as the one it ran)."""
+    data = {k: v for k, v in config.items() if k not in ("run_name", "gate")}
     model = data.get("model")
     if isinstance(model, dict):
         data["model"] = {k: v for k, v in cast(dict[str, Any], model).items() if k not in _PER_STEP}

@@ -49,7 +49,7 @@ class Score:
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A metric the analysis computes from `Score.info[key]` (see core.schema.EnvMetric for the rules).
+    """A metric the analysis computes from `Score.info[key]` (see core.metrics_doc.EnvMetric for the rules).
 
     kind "rate": `info[key]` is a boolean; "mean": a number; "counts": a categorical value; "items": a
     list of booleans (one per checked item of the rollout, e.g. IFEval's instructions), and the metric is

@@ -47,6 +47,8 @@ from flows.shards import (
 )
 from flows.shards import deployment_name as shard_deployment
 from tasks.analysis.compare import baseline_comparison
+from tasks.analysis.gate import describe as describe_gate
+from tasks.analysis.gate import gate
 from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
@@ -257,6 +259,10 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
         info = _run_info(prepared, status, stages, server, shard_runs)
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, info, read_entries(store), config.baseline_run_id)
+        if comparison is not None:  # the gate's verdict goes into metrics.json, the report, the index and artifact
+            verdict = gate(comparison, config.gate)
+            comparison = comparison.model_copy(update={"gate": verdict})
+            logger.info("against baseline %s: %s", comparison.baseline_id, describe_gate(verdict))
         urls = report_task(prepared.run_dir, metrics, info, files, store, comparison=comparison)
     logger.info(
         "run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), format_terminal_summary(metrics, urls)

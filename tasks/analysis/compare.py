@@ -24,7 +24,7 @@ Why these intervals (no resampling of either run is needed; both come from the m
 
 Env rates compared are the current run's headline rates (declared headline by the environment:
 higher is better), matched by key with the baseline's env metrics (a schema-2 baseline's info rates
-count, see core.schema.BenchmarkMetrics).
+count, see core.metrics_doc.BenchmarkMetrics).
 
 A reasoning model's truncated-while-reasoning rate (both runs reasoned) is compared like an env rate, where
 lower is better: a rise whose CI lies above 0 is a regression.
@@ -42,9 +42,10 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from core.metrics_doc import BenchmarkMetrics, RunMetrics
 from core.record import Comparison, ComparisonRow, IndexEntry, Missing, RunInfo, RunRecord, RunSummary
-from core.schema import BenchmarkMetrics, RunMetrics
 from core.store import Store, StoreError
+from tasks.analysis.paired import MCNEMAR, Z_80, Matched, PairedDelta, match_prompts, paired_delta, paired_pass_at_k
 from tasks.analysis.stats import CI_LEVEL, Z_95, wilson_interval
 
 logger = logging.getLogger(__name__)
@@ -130,11 +131,25 @@ def _rates(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> list[tuple[str, str
     return out
 
 
-def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> ComparisonRow | None:
-    """The accuracy row, clustered by prompt where both documents allow it (see the module docstring)."""
+def _paired_row(label: str, pd: PairedDelta, matched: Matched) -> ComparisonRow:
+    method = pd.method + (" (matched by id)" if matched.by_id else "")
+    # McNemar's exact test decides a one-sample-per-prompt row; its Wald CI is shown beside it
+    significant = pd.p_value is not None and pd.p_value < 1 - CI_LEVEL if pd.method == MCNEMAR else None
+    return _row(
+        label, "rate", pd.current, pd.baseline, (pd.delta, pd.low, pd.high), (pd.shared, pd.shared), method,
+        se=pd.se, p_value=pd.p_value, detectable=pd.detectable, significant=significant,
+    )  # fmt: skip
+
+
+def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics, matched: Matched | None = None) -> ComparisonRow | None:
+    """The accuracy row: paired over the shared prompts where both documents have per-prompt rows, else clustered by
+    prompt for independent runs where both documents allow it (see the module docstring)."""
     p1, p0 = cur.accuracy, base.accuracy
     if p1 is None or p0 is None:
         return None
+    pd = paired_delta(matched.current, matched.baseline) if matched is not None else None
+    if matched is not None and pd is not None:
+        return _paired_row("accuracy", pd, matched)
     (se1, n1, src1), (se0, n0, src0) = accuracy_se(cur), accuracy_se(base)
     if src1 is None or src0 is None:
         which = "current run" if src1 is None else "baseline"
@@ -147,7 +162,8 @@ def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> ComparisonRow
         method += f" ({' and '.join(redone)}: SE recomputed from per_prompt, schema_version <= 3)"
     if min(n1, n0) < 2:
         method += " (fewer than 2 prompts: no interval)"
-    return _row("accuracy", "rate", p1, p0, clustered_delta(p1, se1, p0, se0), (n1, n0), method)
+    se = math.hypot(se1, se0) if se1 is not None and se0 is not None else None
+    return _row("accuracy", "rate", p1, p0, clustered_delta(p1, se1, p0, se0), (n1, n0), method, se=se)
 
 
 def _row(
@@ -159,9 +175,22 @@ def _row(
     ns: tuple[int, int],
     method: str,
     lower_is_better: bool = False,
+    *,
+    se: float | None = None,
+    p_value: float | None = None,
+    detectable: float | None = None,
+    significant: bool | None = None,
 ) -> ComparisonRow:
+    """The row; its SE is read off a symmetric-ish CI where not given ((high - low) / 2z), and the smallest
+    detectable change is (z_0.975 + z_0.8) SE. `significant` (McNemar's test) replaces "the CI excludes 0"."""
     delta, low, high = delta_ci
-    worse, better = (delta > 0 and low is not None and low > 0), (delta < 0 and high is not None and high < 0)
+    if se is None and low is not None and high is not None:
+        se = (high - low) / (2 * Z_95)
+    if detectable is None and se is not None:
+        detectable = (Z_95 + Z_80) * se
+    if significant is None:
+        significant = (low is not None and low > 0) or (high is not None and high < 0)
+    worse, better = (delta > 0 and significant), (delta < 0 and significant)
     if not lower_is_better:
         worse, better = better, worse
     return ComparisonRow(
@@ -177,17 +206,31 @@ def _row(
         n_baseline=ns[1],
         regression=bool(worse),
         improvement=bool(better),
+        se=se,
+        p_value=p_value,
+        detectable=detectable,
     )
 
 
-def compare_benchmark(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> dict[str, ComparisonRow]:
-    """Every headline metric both runs have, keyed by metric name (accuracy, pass@1, pass@n, ...)."""
+def compare_benchmark(
+    cur: BenchmarkMetrics, base: BenchmarkMetrics, matched: Matched | None = None
+) -> dict[str, ComparisonRow]:
+    """Every headline metric both runs have, keyed by metric name (accuracy, pass@1, pass@n, ...); accuracy and
+    pass@k paired over the shared prompts where both documents have per-prompt rows (`matched`, found here when
+    not given)."""
+    matched = matched if matched is not None else match_prompts(cur, base)
     out: dict[str, ComparisonRow] = {}
-    accuracy = accuracy_row(cur, base)
+    accuracy = accuracy_row(cur, base, matched)
     if accuracy is not None:
         out["accuracy"] = accuracy
     for name, label, (p1, n1), (p0, n0) in _rates(cur, base):
-        if p1 is not None and p0 is not None:
+        if p1 is None or p0 is None:
+            continue
+        k = int(label.split("@")[1]) if name in ("pass@1", "pass@n") else None
+        pd = paired_pass_at_k(matched, k) if matched is not None and k is not None else None
+        if matched is not None and pd is not None:
+            out[name] = _paired_row(label, pd, matched)
+        else:
             out[name] = _row(label, "rate", p1, p0, rate_delta(p1, n1, p0, n0), (n1, n0), "newcombe")
     m1, m0 = cur.mean_reward, base.mean_reward
     if m1 is not None and m0 is not None:
@@ -237,13 +280,15 @@ def compare(
     accuracy; regression, improvement), the flagged rows listed, and the benchmarks only one run has.
     `baseline_report` is the baseline's report path, relative to the store root."""
     cur_b, base_b = current.benchmarks, baseline.benchmarks
-    benchmarks = {name: compare_benchmark(cur_b[name], base_b[name]) for name in cur_b if name in base_b}
+    matched = {name: match_prompts(cur_b[name], base_b[name]) for name in cur_b if name in base_b}
+    benchmarks = {name: compare_benchmark(cur_b[name], base_b[name], m) for name, m in matched.items()}
     flagged = [(name, row) for name, rows in benchmarks.items() for row in rows.values()]
     return Comparison(
         level=CI_LEVEL,
         current=_run_summary(current_info),
         baseline=_run_summary(baseline_info, baseline_report),
         benchmarks=benchmarks,
+        pairing={name: m.pairing() for name, m in matched.items() if m is not None},
         regressions=[f"{name}: {row.label}" for name, row in flagged if row.regression],
         improvements=[f"{name}: {row.label}" for name, row in flagged if row.improvement],
         missing=Missing(current_only=sorted(set(cur_b) - set(base_b)), baseline_only=sorted(set(base_b) - set(cur_b))),

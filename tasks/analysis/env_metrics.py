@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from core.schema import EnvMetric
+from core.metrics_doc import EnvMetric
 from envs.base import MetricSpec
 from tasks.analysis.stats import wilson_ci
 

@@ -3,7 +3,7 @@
 Every number in a report comes from here, computed from the rollout records (core/schema.py), so
 a report can always be recomputed from the files. The heavy lifting (deduplication, per-prompt and
 per-answer aggregation, histograms) happens in SQL (tasks/analysis/queries.py, env_metrics.py), whose
-typed rows Python shapes (a few thousand of them) into the document's models, `core.schema.RunMetrics`,
+typed rows Python shapes (a few thousand of them) into the document's models, `core.metrics_doc.RunMetrics`,
 built field by field.
 
 Conventions that matter for reading the numbers:
@@ -21,7 +21,7 @@ Conventions that matter for reading the numbers:
   same prompt with the same parsed answer succeeded (the environment's own judgement, which covers equivalent
   forms such as ``1/2`` and ``0.5``). A prompt whose first k answers are all null counts as wrong.
 - ``env_metrics`` are the metrics the benchmark's environment declares (envs.base.MetricSpec, passed
-  in as `specs`; core.schema.EnvMetric has the rules): a rate counts errored rollouts as false and
+  in as `specs`; core.metrics_doc.EnvMetric has the rules): a rate counts errored rollouts as false and
   leaves out completed rollouts lacking the key; a mean averages the completed rollouts' numbers;
   counts tally every rollout's value, most frequent first. A benchmark without specs gets none.
 - ``reward.std`` is the population standard deviation.
@@ -45,7 +45,7 @@ Confidence intervals (all 95%, in ``ci``, and each env rate's own ``ci``):
   choice. Each ``reward_by_tool_calls`` bucket's ``mean_reward_ci`` is clustered by prompt like accuracy
   (not clipped; ``prompts`` is its cluster count).
 
-The document's keys are core/schema.py's models (README's "Reading a run" lists them); metrics.json
+The document's keys are core/metrics_doc.py's models (README's "Reading a run" lists them); metrics.json
 is ``RunMetrics.model_dump(mode="json")`` plus the report's ``run_info`` and ``comparison``.
 
 Floats are rounded to 12 significant digits (parallel float sums differ in their last bits from
@@ -66,7 +66,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from core.schema import (
+from core.metrics_doc import (
     BenchmarkMetrics,
     BootstrapInterval,
     Distribution,
@@ -218,6 +218,7 @@ def _prompt_row(p: PromptStats) -> PromptRow:
         mean_reward=p.mean_reward,
         reference=p.reference,
         top_answer=p.top_answer,
+        prompt_hash=p.prompt_hash,
     )
 
 

@@ -2,7 +2,7 @@
 
 Each query function returns typed rows (a frozen dataclass per kind of row, named for what it is, whose
 fields are the query's columns: a column the SQL adds or drops fails at once) or the document's own
-models (core.schema); DuckDB values are made JSON-safe on the way out (`clean`).
+models (core.metrics_doc); DuckDB values are made JSON-safe on the way out (`clean`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 import duckdb
 import numpy as np
 
-from core.schema import Distribution, Histogram
+from core.metrics_doc import Distribution, Histogram
 from tasks.analysis.stats import AtK
 
 HISTOGRAM_BINS = 30
@@ -85,6 +85,7 @@ class PromptStats(BenchmarkRow):
     reward_sum: float | None
     reference: str | None
     top_answer: str | None
+    prompt_hash: str | None  # the opening messages' md5 (16 hex digits): a paired comparison matches prompts by it
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +197,8 @@ ORDER BY benchmark
 PROMPTS_SQL = """
 CREATE TEMP TABLE prompts AS
 SELECT benchmark, prompt_id, count(*) AS n, sum(ok::INT) AS successes, avg(ok::DOUBLE) AS success_rate,
-       avg(eff_reward) AS mean_reward, sum(eff_reward) AS reward_sum, min(reference) AS reference
+       avg(eff_reward) AS mean_reward, sum(eff_reward) AS reward_sum, min(reference) AS reference,
+       min(prompt_hash) AS prompt_hash
 FROM rollouts GROUP BY ALL
 """
 
@@ -245,7 +247,7 @@ FROM rollouts WHERE error IS NOT NULL GROUP BY ALL ORDER BY benchmark, count DES
 
 PER_PROMPT_SQL = """
 SELECT p.benchmark, p.prompt_id, p.n, p.successes, p.success_rate, p.mean_reward, p.reward_sum,
-       p.reference, w.top_answer
+       p.reference, w.top_answer, p.prompt_hash
 FROM prompts p LEFT JOIN winners w USING (benchmark, prompt_id)
 ORDER BY p.benchmark, p.prompt_id
 """

@@ -1,7 +1,7 @@
 """A reasoning model's thinking in the metrics: SQL over the deduplicated `rollouts` table (tasks/analysis/load.py:
 `has_reasoning`, the reasoning columns of rollout schema 3) and the `reasoning` block of a benchmark's metrics
-(core.schema.ReasoningStats): how many rollouts reasoned and were cut off while reasoning, token means, and accuracy
-by reasoning-length quartile with its SE clustered by prompt (as accuracy's)."""
+(core.metrics_doc.ReasoningStats): how many rollouts reasoned and were cut off while reasoning, token means and
+accuracy by reasoning-length quartile with its SE clustered by prompt (as accuracy's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from core.schema import ReasoningBucket, ReasoningStats
+from core.metrics_doc import ReasoningBucket, ReasoningStats
 from tasks.analysis.queries import BenchmarkRow, by_benchmark, rows
 from tasks.analysis.stats import clustered_interval, wilson_ci
 
@@ -86,7 +86,7 @@ def reasoning_by_length(con: duckdb.DuckDBPyConnection) -> dict[str, list[Reason
 
 
 def reasoning_stats(row: ReasoningRow | None, by_length: list[ReasoningLengthRow] | None) -> ReasoningStats | None:
-    """The benchmark's reasoning block (see core.schema.ReasoningStats); None where no rollout reasoned."""
+    """The benchmark's reasoning block (see core.metrics_doc.ReasoningStats); None where no rollout reasoned."""
     if row is None:
         return None
     rate = row.ended / row.n if row.n else None

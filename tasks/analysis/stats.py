@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from core.schema import ClusteredInterval, Interval
+from core.metrics_doc import ClusteredInterval, Interval
 
 CI_LEVEL = 0.95
 Z_95 = 1.959963984540054

@@ -16,7 +16,7 @@ from typing import Any, NotRequired, TypedDict
 
 import polars as pl
 
-from core.schema import BenchmarkMetrics, RunMetrics
+from core.metrics_doc import BenchmarkMetrics, RunMetrics
 from core.store import Store, join
 from tasks.reporting.browser_sample import sample_rollouts
 from tasks.reporting.format import slug

@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 from markupsafe import Markup
 
-from core.schema import BenchmarkMetrics, Distribution, Interval, RunMetrics
+from core.metrics_doc import BenchmarkMetrics, Distribution, Interval, RunMetrics
 from tasks.reporting.format import slug
 from tasks.reporting.headline import HeadlineValue, bounds, headline_rows, uses_tools
 from tasks.reporting.parts import Chart

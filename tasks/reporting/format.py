@@ -8,7 +8,7 @@ import posixpath
 import re
 from pathlib import Path
 
-from core.schema import Interval
+from core.metrics_doc import Interval
 
 NONE = "–"  # what an absent value shows as, in every table
 

@@ -4,7 +4,7 @@ A row holds accuracy with its 95% CI clustered by prompt and lm-eval's standard 
 (only when some benchmark's environment declares majority votes meaningful), mean reward with its CI,
 and the environment metrics declared `headline=True`.
 
-Every reporting entry point takes the metrics as `core.schema.RunMetrics`; `as_run_metrics` is the one
+Every reporting entry point takes the metrics as `core.metrics_doc.RunMetrics`; `as_run_metrics` is the one
 place where a metrics dict (metrics.json, an older analysis) becomes one.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core import schema
-from core.schema import BenchmarkMetrics, EnvMetric, Interval, RunMetrics
+from core import metrics_doc
+from core.metrics_doc import BenchmarkMetrics, EnvMetric, Interval, RunMetrics
 from tasks.reporting.format import fmt_ci, fmt_num, fmt_rate
 from tasks.reporting.parts import Table
 
-Metrics = schema.RunMetrics | Mapping[str, Any]
+Metrics = metrics_doc.RunMetrics | Mapping[str, Any]
 
 # (row key, column label, formatter); environment headline metrics go after ENV_COLUMNS_AFTER.
 _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
@@ -44,7 +44,7 @@ _CORE_KEYS = {key for key, _, _ in _COLUMNS}
 
 
 def as_run_metrics(metrics: Metrics) -> RunMetrics:
-    """The metrics as `core.schema.RunMetrics`, whatever form they came in."""
+    """The metrics as `core.metrics_doc.RunMetrics`, whatever form they came in."""
     if isinstance(metrics, RunMetrics):
         return metrics
     return RunMetrics.model_validate(metrics.model_dump() if isinstance(metrics, BaseModel) else dict(metrics))

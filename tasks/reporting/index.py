@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from filelock import FileLock
 
-from core.record import IndexEntry, RunInfo
+from core.record import Comparison, IndexEntry, RunInfo
 from core.store import Store, StoreError, join
 from core.training_steps import config_key
 from tasks.reporting.format import relative_to_store
@@ -51,8 +51,15 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 # Entries
 
 
-def index_entry(run_info: RunInfo, metrics: Metrics, report_urls: dict[str, str], store_url: str) -> IndexEntry:
-    """The index's record of one run: identity, timing, headline metrics and report paths."""
+def index_entry(
+    run_info: RunInfo,
+    metrics: Metrics,
+    report_urls: dict[str, str],
+    store_url: str,
+    comparison: Comparison | None = None,
+) -> IndexEntry:
+    """The index's record of one run: identity, timing, headline metrics, report paths and, where it was compared
+    with a baseline, that run's id, the regressions flagged and the gate's verdict."""
     run = as_run_metrics(metrics)
     headline = {}
     for row in headline_rows(run):
@@ -77,6 +84,9 @@ def index_entry(run_info: RunInfo, metrics: Metrics, report_urls: dict[str, str]
         report=relative_to_store(report_urls["html"], store_url),
         metrics=relative_to_store(report_urls["metrics"], store_url),
         markdown=relative_to_store(report_urls["markdown"], store_url),
+        baseline_run_id=comparison.baseline.run_id if comparison and comparison.baseline else None,
+        regressions=list(comparison.regressions) if comparison else [],
+        gate_passed=comparison.gate.passed if comparison and comparison.gate else None,
     )
 
 

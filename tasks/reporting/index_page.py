@@ -79,6 +79,8 @@ class IndexRow:
     maj_at_n: str
     mean_reward: str
     mean_reward_ci: str
+    flags: str = ""  # this benchmark's regressions against the run's baseline ("accuracy, pass@1")
+    gate_failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class IndexView:
 
 def _rows(entry: StoredEntry) -> list[IndexRow]:
     run_id = str(entry.run_id)
-    base = {
+    base: dict[str, Any] = {
         "run_id": run_id,
         "label": entry.run_name or entry.run_id or "?",
         "status": entry.status,
@@ -115,13 +117,21 @@ def _rows(entry: StoredEntry) -> list[IndexRow]:
     if not entry.headline:
         empty = StoredHeadline()
         return [IndexRow(**base, benchmark=NONE, size=NONE, **_cells(empty))]
+    failed = entry.gate_passed is False
     return [
-        IndexRow(**base, benchmark=name, size=f"{fmt_num(h.prompts)} × {fmt_num(h.n)}", **_cells(h))
+        IndexRow(
+            **base,
+            benchmark=name,
+            size=f"{fmt_num(h.prompts)} × {fmt_num(h.n)}",
+            **_cells(h),
+            flags=", ".join(r.split(": ", 1)[1] for r in entry.regressions if r.split(": ", 1)[0] == name),
+            gate_failed=failed,
+        )
         for name, h in entry.headline.items()
     ]
 
 
-def _cells(h: StoredHeadline) -> dict[str, str]:
+def _cells(h: StoredHeadline) -> dict[str, Any]:
     return {
         "accuracy": fmt_rate(h.accuracy),
         "accuracy_ci": fmt_ci(*h.accuracy_ci),

@@ -13,9 +13,9 @@ import inspect
 import math
 from typing import Any
 
-from core import schema
+from core import metrics_doc
+from core.metrics_doc import RunMetrics
 from core.record import BenchmarkProvenance, RunInfo
-from core.schema import RunMetrics
 from envs.registry import find_env
 from tasks.reporting.parts import Table
 
@@ -55,7 +55,7 @@ def _mean_stderr(p: float, n: int) -> float | None:
     return math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None
 
 
-def _score(bm: schema.BenchmarkMetrics, source: str) -> tuple[float | None, float | str | None, int]:
+def _score(bm: metrics_doc.BenchmarkMetrics, source: str) -> tuple[float | None, float | str | None, int]:
     """(value, stderr or N/A, n) of one declared source."""
     if source == "pass@1":
         return bm.pass_at_k.get("1", bm.accuracy), bm.accuracy_stderr, bm.n_rollouts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.schema import BenchmarkMetrics
+from core.metrics_doc import BenchmarkMetrics
 from envs.base import ReferenceProfile
 from tasks.reporting.format import fmt_num, fmt_rate
 from tasks.reporting.parts import Section, Table

@@ -209,7 +209,7 @@ def report_task(
     attach everything to the flow run as artifacts. Returns the URLs (index_json/index_html included)."""
     urls = write_report(run_dir, metrics, run_info, files, store, comparison)
     if index:
-        urls.update(update_index(store, index_entry(run_info, metrics, urls, store.url)))
+        urls.update(update_index(store, index_entry(run_info, metrics, urls, store.url, comparison)))
     publish_artifacts(urls, metrics, run_info, comparison=comparison)
     get_run_logger().info("report written: %s", urls["html"])
     return urls

@@ -9,9 +9,9 @@ import contextlib
 from datetime import datetime
 from typing import Any
 
-from core import schema
+from core import metrics_doc
+from core.metrics_doc import BenchmarkMetrics, EnvMetric, PromptRow
 from core.record import Provenance, RunInfo, RunStatus
-from core.schema import BenchmarkMetrics, EnvMetric, PromptRow
 from tasks.reporting.format import clip, fmt_ci, fmt_duration, fmt_interval, fmt_num, fmt_rate
 from tasks.reporting.headline import bounds, format_env_value, uses_tools
 from tasks.reporting.parts import Section, Table, count_table, kv_table
@@ -231,7 +231,7 @@ def prompt_table(bm: BenchmarkMetrics, limit: int | None) -> Table:
     )
 
 
-def benchmark_sections(bm: schema.BenchmarkMetrics) -> list[Section]:
+def benchmark_sections(bm: metrics_doc.BenchmarkMetrics) -> list[Section]:
     """Every per-benchmark table but the per-prompt one, titled, in report order."""
     if not isinstance(bm, BenchmarkMetrics):  # a core document: read it with the analysis's fields
         bm = BenchmarkMetrics.model_validate(bm.model_dump())

@@ -21,8 +21,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from core.metrics_doc import BenchmarkMetrics, Interval
 from core.record import ComparisonRow, IndexEntry
-from core.schema import BenchmarkMetrics, Interval
 from core.store import Store, StoreError
 from tasks.analysis.compare import compare_benchmark, load_run_record
 from tasks.analysis.stats import CI_LEVEL

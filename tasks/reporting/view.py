@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from core import secrets
+from core.metrics_doc import RunMetrics
 from core.record import Comparison, RunInfo
-from core.schema import RunMetrics
 from envs.registry import find_env
 from tasks.reporting.browser import BrowserView, browser_view
 from tasks.reporting.charts import benchmark_charts, headline_charts

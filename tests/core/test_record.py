@@ -18,8 +18,9 @@ from typing import Any
 import pydantic
 import pytest
 
+from core.metrics_doc import METRICS_SCHEMA_VERSION
 from core.record import Comparison, IndexEntry, RunInfo, RunRecord, RunStatus
-from core.schema import METRICS_SCHEMA_VERSION, to_parquet_bytes
+from core.schema import to_parquet_bytes
 from core.store import Store
 from tasks.analysis.compare import baseline_comparison, compare
 from tasks.analysis.metrics import compute_metrics

@@ -11,15 +11,14 @@ import pyarrow.parquet as pq
 import pydantic
 import pytest
 
+from core.metrics_doc import METRICS_SCHEMA_VERSION, RunMetrics
 from core.schema import (
     COLUMN_DOCS,
     JSON_COLUMNS,
-    METRICS_SCHEMA_VERSION,
     ROLLOUT_SCHEMA,
     ROLLOUT_SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
     RolloutRecord,
-    RunMetrics,
     SchemaVersionError,
     check_schema_version,
     to_json,

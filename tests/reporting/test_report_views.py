@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from core.schema import EnvMetric, Interval, RunMetrics, to_parquet_bytes
+from core.metrics_doc import EnvMetric, Interval, RunMetrics
+from core.schema import to_parquet_bytes
 from core.store import Store
 from core.sweep_record import SweepRecord
 from tasks.analysis.metrics import compute_metrics

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.schema import METRICS_SCHEMA_VERSION, RunMetrics
+from core.metrics_doc import METRICS_SCHEMA_VERSION, RunMetrics
 from tasks.analysis import queries
 from tasks.analysis.metrics import compute_metrics
 from tasks.analysis.stats import wilson_interval

@@ -116,7 +116,7 @@ def test_tool_tables_show_the_cis_and_tetris_diagnostics(make_rollout, metrics_o
     rows = _tool_rows(make_rollout)
     for row in rows:
         row["info"] = {"invalid_actions": 1, "cleared_rows": int(row["success"]), "malformed_tool_calls": 0}
-    from core.schema import BenchmarkMetrics
+    from core.metrics_doc import BenchmarkMetrics
 
     bm = BenchmarkMetrics.model_validate(metrics_of(rows, metric_specs(["tetris"]))["benchmarks"]["tetris"])
     sections = {s.title: s.table for s in benchmark_sections(bm)}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from core.schema import RunMetrics
+from core.metrics_doc import RunMetrics
 from core.store import Store
 from tasks.analysis.compare import compare
 from tasks.analysis.metrics import compute_metrics

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from core.metrics_doc import RunMetrics
 from core.record import Comparison, IndexEntry, Missing, RunRecord
-from core.schema import RunMetrics
 from core.store import Store
 from tasks.analysis.compare import baseline_comparison, compare, find_baseline, rate_delta
 from tasks.analysis.metrics import compute_metrics

@@ -1,4 +1,5 @@
-"""compare(): the accuracy delta's CI is clustered by prompt, from each run's real metrics (compute_metrics)."""
+"""compare(): the accuracy delta's CI is clustered by prompt, from each run's real metrics (compute_metrics): paired
+where the runs share their prompts, independent where they share none."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.schema import RunMetrics
+from core.metrics_doc import RunMetrics
 from core.store import Store
 from tasks.analysis.compare import compare, rate_delta
 from tasks.analysis.metrics import compute_metrics
@@ -31,9 +32,9 @@ def run_metrics(
 ) -> Callable[[str, Sequence[int]], RunMetrics]:
     """A run's real metrics from rollouts with the given successes per prompt (the first s repeats succeed)."""
 
-    def run(run_id: str, successes: Sequence[int]) -> RunMetrics:
+    def run(run_id: str, successes: Sequence[int], prefix: str = "p") -> RunMetrics:
         rows = [
-            make_rollout(prompt_id=f"p{i}", repeat=r, success=r < s, reward=float(r < s), run_id=run_id)
+            make_rollout(prompt_id=f"{prefix}{i}", repeat=r, success=r < s, reward=float(r < s), run_id=run_id)
             for i, s in enumerate(successes)
             for r in range(REPEATS)
         ]
@@ -50,7 +51,8 @@ def hand_se(successes: Sequence[int]) -> float:
 
 
 def test_prompt_level_noise_is_not_a_regression(run_metrics: Callable[..., RunMetrics]) -> None:
-    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    """Independent runs (no prompt in common: the baseline asked other prompts of equal difficulty)."""
+    base, cur = run_metrics("base", BASELINE, "q"), run_metrics("cur", NOISY)
     # Each run's SE comes from the real analysis and equals the hand computation:
     # deviations from 25 are -22 -17 -13 -7 -3 3 7 13 17 22 (squares sum to 2000); from 21 they are
     # -12 -9 -6 2 -7 -2 1 6 9 18 (760).
@@ -68,10 +70,35 @@ def test_prompt_level_noise_is_not_a_regression(run_metrics: Callable[..., RunMe
     assert (acc.low, acc.high) == pytest.approx((-0.08 - half, -0.08 + half))
     assert acc.regression is False and acc.improvement is False and result.regressions == []
     assert acc.method == "clustered-prompts" and acc.n_current == acc.n_baseline == 10
+    assert result.pairing == {}
+
+
+def test_the_same_prompts_are_paired_and_the_interval_narrows(run_metrics: Callable[..., RunMetrics]) -> None:
+    """The same 10 prompts in both runs: per prompt the successes moved by d_i = +6 +4 +3 +5 -8 -9 -10 -11 -12 -8, so
+    u_i = (d_i + 50 x 0.08) / 500 = (10 8 7 9 -4 -5 -6 -7 -8 -4) / 500, whose squares sum to 500 / 500^2:
+    SE = sqrt(500) / 500 = 0.0447, a CI of -0.08 +/- 0.0877 against the independent +/- 0.2059."""
+    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    result = compare(cur, base)
+    acc = result.benchmarks["gsm8k"]["accuracy"]
+    assert acc.method == "paired-clustered" and acc.n_current == acc.n_baseline == 10
+    assert acc.se == pytest.approx(math.sqrt(500) / 500)
+    assert (acc.low, acc.high) == pytest.approx((-0.08 - Z_95 * acc.se, -0.08 + Z_95 * acc.se))
+    assert acc.high == pytest.approx(0.0077, abs=1e-4) and acc.regression is False
+    assert acc.detectable == pytest.approx((Z_95 + 0.8416212335729143) * math.sqrt(500) / 500)
+    # pass@1 is the mean of per-prompt rates: with equal repeats the same numbers, paired the same way
+    pass1 = result.benchmarks["gsm8k"]["pass@1"]
+    assert pass1.method == "paired-clustered" and pass1.delta == pytest.approx(-0.08)
+    assert pass1.se == pytest.approx(acc.se)
+    pairing = result.pairing["gsm8k"]
+    assert (pairing.shared, pairing.only_current, pairing.only_baseline, pairing.changed) == (10, 0, 0, 0)
+    # majority flips: p5 (28 -> 19 of 50) and p6 (32 -> 22) went right to wrong, the larger change first; p4 (22 ->
+    # 14) was wrong in both, p7 (38 -> 27) right in both
+    assert [f.prompt_id for f in pairing.lost] == ["p6", "p5"] and pairing.gained == []
+    assert pairing.lost_count == 2 and pairing.lost[0].baseline == 0.64 and pairing.lost[0].current == 0.44
 
 
 def test_a_large_drop_is_still_a_regression(run_metrics: Callable[..., RunMetrics]) -> None:
-    base, cur = run_metrics("base", BASELINE), run_metrics("cur", DROPPED)
+    base, cur = run_metrics("base", BASELINE, "q"), run_metrics("cur", DROPPED)
     # SE of the dropped run: deviations from 4.5 are -4.5 ... 4.5 (squares sum to 82.5).
     assert cur.benchmarks["gsm8k"].ci.accuracy.se == pytest.approx(math.sqrt(82.5) / 500)
     acc = compare(cur, base).benchmarks["gsm8k"]["accuracy"]
@@ -96,7 +123,7 @@ def as_schema_3(metrics: RunMetrics, keep_per_prompt: bool) -> RunMetrics:
 
 
 def test_a_schema_3_baseline_gets_its_se_from_per_prompt(run_metrics: Callable[..., RunMetrics]) -> None:
-    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    base, cur = run_metrics("base", BASELINE, "q"), run_metrics("cur", NOISY)
     acc = compare(cur, as_schema_3(base, keep_per_prompt=True)).benchmarks["gsm8k"]["accuracy"]
     expected = compare(cur, base).benchmarks["gsm8k"]["accuracy"]
     assert (acc.low, acc.high) == pytest.approx((expected.low, expected.high))
@@ -105,7 +132,7 @@ def test_a_schema_3_baseline_gets_its_se_from_per_prompt(run_metrics: Callable[.
 
 
 def test_a_baseline_without_se_or_per_prompt_falls_back_to_newcombe(run_metrics: Callable[..., RunMetrics]) -> None:
-    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)
+    base, cur = run_metrics("base", BASELINE), run_metrics("cur", NOISY)  # no per-prompt rows: nothing to pair
     acc = compare(cur, as_schema_3(base, keep_per_prompt=False)).benchmarks["gsm8k"]["accuracy"]
     assert (acc.delta, acc.low, acc.high) == pytest.approx(rate_delta(0.42, 500, 0.50, 500))
     assert acc.regression is True and acc.n_current == acc.n_baseline == 500  # today's rule, said so:
@@ -115,7 +142,7 @@ def test_a_baseline_without_se_or_per_prompt_falls_back_to_newcombe(run_metrics:
 def test_one_prompt_gives_no_interval(run_metrics: Callable[..., RunMetrics]) -> None:
     """One prompt shows no spread between prompts (its SE is 0): no interval, never flagged, where
     Newcombe over its 50 repeats would flag 10% against 90%."""
-    acc = compare(run_metrics("cur", [5]), run_metrics("base", [45])).benchmarks["gsm8k"]["accuracy"]
+    acc = compare(run_metrics("cur", [5]), run_metrics("base", [45], "q")).benchmarks["gsm8k"]["accuracy"]
     assert acc.delta == pytest.approx(-0.8) and acc.low is None and acc.high is None
     assert acc.regression is False and acc.method == "clustered-prompts (fewer than 2 prompts: no interval)"
     assert rate_delta(0.1, 50, 0.9, 50)[2] < 0

@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from core.metrics_doc import RunMetrics
 from core.record import RunInfo
-from core.schema import RunMetrics
 from core.store import Store
 from envs.registry import ENVS
 from tasks.reporting.lm_eval import lm_eval_table

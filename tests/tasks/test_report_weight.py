@@ -13,8 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 import pytest
 
+from core.metrics_doc import BenchmarkMetrics, PromptRow, RunMetrics
 from core.record import RunInfo, RunStatus
-from core.schema import BenchmarkMetrics, PromptRow, RunMetrics
 from core.store import Store
 from core.sweep_record import SweepRecord
 from tasks.analysis.metrics import compute_metrics

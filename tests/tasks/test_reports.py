@@ -13,9 +13,9 @@ import fsspec
 import pytest
 from plotly.offline import get_plotlyjs
 
+from core.metrics_doc import EnvMetric, Interval, RunMetrics
 from core.overrides import resolve_config
 from core.record import RunInfo, RunRecord
-from core.schema import EnvMetric, Interval, RunMetrics
 from core.store import Store
 from tasks.analysis.compare import compare
 from tasks.analysis.metrics import compute_metrics

@@ -19,9 +19,10 @@ from typing import Any
 import fsspec
 import pytest
 
+from core.metrics_doc import RunMetrics
 from core.ports import free_port
 from core.record import IndexEntry, RunInfo, RunStatus
-from core.schema import RunMetrics, to_parquet_bytes
+from core.schema import to_parquet_bytes
 from core.store import Store, StoreError
 from tasks.analysis.metrics import compute_metrics
 from tasks.reporting.index import index_entry, update_index

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.schema import RunMetrics
+from core.metrics_doc import RunMetrics
 from core.store import Store
 from envs.registry import ENVS
 from envs.tetris_reference import QWEN3_4B

@@ -1,12 +1,13 @@
 // The rollout browser (rollouts.html): filters, sort and search over the sampled rows, and a transcript as a chat.
-// The state lives in the URL's hash (#b=gsm8k&o=error&q=text&sort=reward&desc=1&open=first), so a view can be linked.
+// The state lives in the URL's hash (#b=gsm8k&p=prompt-id&o=error&q=text&sort=reward&desc=1&open=first), so a view can
+// be linked (a report's flipped prompts link here with b and p).
 // Model text only ever goes through textContent: it is shown, never parsed as HTML.
 (function () {
   var source = document.getElementById('browser-data');
   if (!source) return;
   var data = JSON.parse(source.textContent), texts = data.texts, rows = data.rows, PAGE = 200;
   var $ = function (id) { return document.getElementById(id); };
-  var f = {b: $('f-bench'), o: $('f-result'), min: $('f-min'), max: $('f-max'), q: $('f-q'), sort: $('f-sort'), desc: $('f-desc')};
+  var f = {b: $('f-bench'), p: $('f-prompt'), o: $('f-result'), min: $('f-min'), max: $('f-max'), q: $('f-q'), sort: $('f-sort'), desc: $('f-desc')};
   var body = $('rows').querySelector('tbody'), more = $('more'), count = $('f-count'), shown = [], limit = PAGE, current = null;
   var BOARD = /^[_#X]{3,}$/;
 
@@ -29,14 +30,14 @@
 
   function readHash() {
     var h = new URLSearchParams(location.hash.slice(1));
-    f.b.value = h.get('b') || ''; f.o.value = h.get('o') || ''; f.min.value = h.get('min') || '';
+    f.b.value = h.get('b') || ''; f.p.value = h.get('p') || ''; f.o.value = h.get('o') || ''; f.min.value = h.get('min') || '';
     f.max.value = h.get('max') || ''; f.q.value = h.get('q') || ''; f.sort.value = h.get('sort') || 'prompt';
     f.desc.checked = h.get('desc') === '1';
     return h.get('open');
   }
   function writeHash() {
     var h = new URLSearchParams();
-    ['b', 'o', 'min', 'max', 'q'].forEach(function (k) { if (f[k].value) h.set(k, f[k].value); });
+    ['b', 'p', 'o', 'min', 'max', 'q'].forEach(function (k) { if (f[k].value) h.set(k, f[k].value); });
     if (f.sort.value !== 'prompt') h.set('sort', f.sort.value);
     if (f.desc.checked) h.set('desc', '1');
     if (current) h.set('open', key(current));
@@ -50,10 +51,10 @@
     turns: function (a, b) { return a.n - b.n; }
   };
   function apply() {
-    var bench = data.benchmarks.indexOf(f.b.value), q = f.q.value.trim().toLowerCase(), o = f.o.value;
+    var bench = data.benchmarks.indexOf(f.b.value), q = f.q.value.trim().toLowerCase(), o = f.o.value, p = f.p.value.trim();
     var min = f.min.value === '' ? -Infinity : parseFloat(f.min.value), max = f.max.value === '' ? Infinity : parseFloat(f.max.value);
     shown = rows.filter(function (r) {
-      return (bench < 0 || r.b === bench) && (!o || r.o === o) && r.w >= min && r.w <= max && (!q || haystack(r).indexOf(q) >= 0);
+      return (bench < 0 || r.b === bench) && (!p || String(r.p) === p) && (!o || r.o === o) && r.w >= min && r.w <= max && (!q || haystack(r).indexOf(q) >= 0);
     });
     var cmp = SORTS[f.sort.value] || SORTS.prompt, sign = f.desc.checked ? -1 : 1;
     shown.sort(function (a, b) { return sign * cmp(a, b) || SORTS.prompt(a, b); });
@@ -151,7 +152,7 @@
     if (tr && tr.rowData) open(tr.rowData);
   });
   more.addEventListener('click', function () { limit += PAGE; draw(); });
-  [f.min, f.max, f.q].forEach(function (e) { e.addEventListener('input', apply); });
+  [f.p, f.min, f.max, f.q].forEach(function (e) { e.addEventListener('input', apply); });
   [f.b, f.o, f.sort, f.desc].forEach(function (e) { e.addEventListener('change', apply); });
   var wanted = readHash();
   apply();
