@@ -2,6 +2,15 @@
 
 Why these intervals (no resampling of either run is needed; both come from the metrics documents):
 
+- Paired, where the runs asked the same prompts (tasks/analysis/paired.py; matched by prompt id and the prompt's
+  content hash from the documents' ``per_prompt`` rows): accuracy and pass@k (pass@1 and the largest common k) are
+  compared over the shared prompts only, as per-prompt differences with an SE clustered by prompt (McNemar's exact
+  test decides accuracy where every prompt has one sample). A prompt's difficulty is shared by both runs, so the
+  paired interval is much narrower than the independent one where they agree on which prompts are hard. The row's
+  current and baseline values are then the shared prompts', its n the shared prompts, its method
+  ``paired-clustered`` or ``paired-mcnemar-exact`` (`` (matched by id)`` for documents without prompt hashes).
+  Everything below is the independent comparison, for runs that share no prompt (or documents without per-prompt
+  rows), and for maj@k, the environments' rates and mean reward, whose per-prompt values the documents lack.
 - Accuracy is clustered by prompt, like its headline CI (tasks/analysis/metrics.py): a prompt's repeats
   share its difficulty, so 100 repeats of a prompt are not 100 independent samples. The runs are
   independent, so d = p1 - p0 has ``d +/- 1.96 * sqrt(se1^2 + se0^2)`` from each run's cluster-robust SE
@@ -28,6 +37,9 @@ count, see core.metrics_doc.BenchmarkMetrics).
 
 A reasoning model's truncated-while-reasoning rate (both runs reasoned) is compared like an env rate, where
 lower is better: a rise whose CI lies above 0 is a regression.
+
+Every row carries its SE (read off the interval where the method has none of its own) and ``detectable``, the
+smallest change the pair would flag at 5% with 80% power, ``(z_0.975 + z_0.8) SE``.
 
 ``regression`` is true when the metric dropped and the delta's CI lies entirely below 0 (rose and above 0 for the
 truncated-while-reasoning rate); ``improvement`` the mirror image. Metrics of benchmarks present in only one run
@@ -186,7 +198,7 @@ def _row(
     delta, low, high = delta_ci
     if se is None and low is not None and high is not None:
         se = (high - low) / (2 * Z_95)
-    if detectable is None and se is not None:
+    if detectable is None and se:  # an SE of 0 (no difference seen) tells nothing of power
         detectable = (Z_95 + Z_80) * se
     if significant is None:
         significant = (low is not None and low > 0) or (high is not None and high < 0)

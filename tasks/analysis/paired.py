@@ -107,7 +107,7 @@ def paired_delta(current: Mapping[str, PromptCounts], baseline: Mapping[str, Pro
         p_value: float | None = mcnemar_exact(b_, c_)
     else:
         p_value = _normal_two_sided(delta / se) if se > 0 else (1.0 if delta == 0 else 0.0)
-    detectable = (Z_95 + Z_80) * se
+    detectable = (Z_95 + Z_80) * se if se > 0 else None  # no difference seen: power unknown
     return PairedDelta(**common, se=se, low=low, high=high, p_value=p_value, detectable=detectable, method=method)
 
 
@@ -131,7 +131,8 @@ def paired_values(current: Mapping[str, float], baseline: Mapping[str, float]) -
         return PairedDelta(**common, se=None, low=None, high=None, p_value=None, detectable=None, method=PAIRED)
     se = math.sqrt(math.fsum((d - delta) ** 2 for d in diffs)) / m
     p_value = _normal_two_sided(delta / se) if se > 0 else (1.0 if delta == 0 else 0.0)
-    low, high, detectable = delta - Z_95 * se, delta + Z_95 * se, (Z_95 + Z_80) * se
+    low, high = delta - Z_95 * se, delta + Z_95 * se
+    detectable = (Z_95 + Z_80) * se if se > 0 else None  # no difference seen: power unknown
     return PairedDelta(**common, se=se, low=low, high=high, p_value=p_value, detectable=detectable, method=PAIRED)
 
 

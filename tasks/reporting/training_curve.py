@@ -6,7 +6,8 @@ steps, so this page gathers them from the run index: per step the newest complet
 which the index's own training-run table counts with too). It writes `<store>/training/<id>/index.html`,
 `curve.md` and `curve.json`: per benchmark the headline metric with its clustered CI band, pass@k, mean reward
 with its bootstrap band and mean completion tokens against step; the best step; and the changes between
-consecutive steps whose 95% CI excludes 0, judged as a run against its baseline (tasks.analysis.compare).
+consecutive steps whose 95% CI excludes 0, judged as a run against its baseline (tasks.analysis.compare: paired by
+prompt, since the steps of a training run ask the same prompts).
 Links are relative, so the page works from a folder, from `evalflow reports serve` and from S3 alike.
 """
 
@@ -42,8 +43,9 @@ POINT_FIELDS = {
     "n_prompts", "n_rollouts", "accuracy", "pass_at_k", "maj_at_k", "mean_reward", "ci", "tokens", "reasoning",
 }  # fmt: skip
 CHANGES_NOTE = (
-    "Consecutive steps compared as a run with its baseline: Δ 95% CI clustered by prompt for accuracy, "
-    "Newcombe for pass@k and maj@k, bootstrap CIs in quadrature for mean reward; listed when it excludes 0."
+    "Consecutive steps compared as a run with its baseline: accuracy and pass@k paired by prompt over the prompts "
+    "both steps asked (per-prompt differences, SE clustered by prompt), Newcombe for maj@k and the rates, bootstrap "
+    "CIs in quadrature for mean reward; listed when the Δ 95% CI excludes 0."
 )
 _MAIN = {"color": "#636efa", "width": 3}  # the colorway's first colour; its band the same, translucent
 _BAND = "rgba(99, 110, 250, 0.18)"

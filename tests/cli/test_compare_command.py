@@ -139,3 +139,31 @@ def test_the_report_and_index_carry_the_flips_and_flags(store: Path) -> None:
     entry = json.loads((store / "index/entries/night-3.json").read_text())
     assert entry["baseline_run_id"] == "night-2" and entry["gate_passed"] is False
     assert entry["regressions"] == ["gsm8k: accuracy", "gsm8k: pass@1", "gsm8k: pass@2", "gsm8k: mean reward"]
+
+
+def test_the_readme_walk_through_and_gate_example_run(store: Path, tmp_path: Path) -> None:
+    """README "Comparing runs": every command line of its walk-through runs (RUN_ID: a run that regressed,
+    BASELINE_ID: an earlier one), and its `gate:` example is a valid config section."""
+    import re
+
+    import yaml
+
+    from core.config import EvalConfig
+    from tests.examples.test_readme_own_benchmark_e2e import README, walk_through
+
+    heading = "## Comparing runs: paired, flips and a gate"
+    lines = walk_through(heading)
+    assert len(lines) == 4 and all(line.startswith("uv run evalflow compare RUN_ID") for line in lines)
+    for line in lines:
+        words = line.replace("RUN_ID", "night-3").replace("BASELINE_ID", "night-1").split()[3:]
+        out = evalflow(tmp_path, *words, "--store", str(store))
+        assert out.returncode == 1, (line, out.stdout, out.stderr)  # night-3 lost 27.5 points: every gate fails
+        if "--json" in words:
+            assert json.loads(out.stdout)["gate"]["passed"] is False
+        else:
+            assert out.stdout.splitlines()[-1].startswith("gate FAILED"), line
+    section = README.read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"^```yaml\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
+    assert example is not None
+    gate = EvalConfig.model_validate(yaml.safe_load(example.group(1))).gate
+    assert gate.rule_for("tetris").rule == "absolute" and gate.rule_for("gsm8k").max_drop == 0.0

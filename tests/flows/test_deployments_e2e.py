@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from tasks.serving.server import Endpoint
+from tests.cli.conftest import EVALFLOW
 from tests.conftest import wait_for
 from tests.faultproxy import FaultProxy
 from tests.flows.conftest import Deployed
@@ -116,20 +118,93 @@ def external(params: dict[str, Any], endpoint: Endpoint, **server: Any) -> dict[
     return params
 
 
-def test_nightly_baseline_compares_with_the_previous_run(deployed: Deployed, endpoint: Endpoint) -> None:
+WORDS = ["apple", "river", "garden", "planet", "silver", "window", "orange", "castle", "pencil", "forest", "rocket",
+         "bridge"]  # fmt: skip
+ECHO_TASK = """name: echo
+version: "1"
+description: Repeat a word back (a planted-regression check of the nightly path).
+dataset: words.jsonl
+id_field: id
+fields: [word]
+prompt:
+  user: "Repeat this word once, and nothing else: {{ word }}"
+reference_field: word
+scorer: SCORER
+"""
+LENIENT = "{kind: contains, ignore_case: true}"  # the word anywhere in the answer
+STRICT = "{kind: exact_match, ignore_case: true, ignore_punctuation: true}"  # the answer is the word: a subset
+
+
+def echo_task(folder: Path, scorer: str) -> Path:
+    """A small YAML task the default model half solves; its scorer is what the test makes stricter."""
+    folder.mkdir(exist_ok=True)
+    rows = [json.dumps({"id": f"w{i:02d}", "word": w}) for i, w in enumerate(WORDS)]
+    (folder / "words.jsonl").write_text("\n".join(rows) + "\n")
+    (folder / "echo.yaml").write_text(ECHO_TASK.replace("SCORER", scorer))
+    return folder / "echo.yaml"
+
+
+def test_nightly_baseline_compares_gates_and_lists_flips(
+    deployed: Deployed, endpoint: Endpoint, tmp_path: Path
+) -> None:
+    """Three nightly runs: the second repeats the first (every batch cached: no regression, the gate passes); before
+    the third the echo task's scorer is made stricter, a planted regression: its completions are rescored from the
+    cache, its report lists the prompts that flipped, its record and artifact carry the failed gate, and
+    `evalflow compare` exits 1 on it (0 on the second)."""
+    task = echo_task(tmp_path / "echo", LENIENT)
     params = external(deployed.params("eval/nightly-baseline")["config"], endpoint)
-    runs = []
-    for _ in range(2):
+    params["benchmarks"].append({"task": str(task), "repeats": 2})
+    params["gate"] = {"rule": "absolute", "max_drop": 0.05}  # the nightly's own threshold: 5 points
+    runs, reports, flow_runs = [], [], []
+    for night in range(3):
+        if night == 2:
+            echo_task(tmp_path / "echo", STRICT)
         out = deployed.ops("run", "eval/nightly-baseline", "--param", f"config={json.dumps(params)}")
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]  # a failed gate is no failed run
         report = next(line for line in out.stdout.splitlines() if line.startswith("report: "))[len("report: ") :]
+        reports.append(Path(report))
         runs.append(json.loads((Path(report).parent / "metrics.json").read_text()))
-    first, second = runs
+        flow_runs.append(run_id_of(out.stdout))
+    first, second, third = runs
     assert first["run_info"]["deployment"] == "nightly-baseline" and "comparison" not in first
     comparison = second["comparison"]
     assert comparison["baseline"]["run_id"] == first["run_info"]["run_id"]
     assert comparison["regressions"] == []  # same inputs, every batch cached: identical rollouts
+    assert comparison["gate"]["passed"] is True and comparison["gate"]["rules"] == params["gate"]
     assert second["benchmarks"]["gsm8k"]["accuracy"] == first["benchmarks"]["gsm8k"]["accuracy"]
+    assert comparison["benchmarks"]["echo"]["accuracy"]["method"] == "paired-clustered"
+    assert comparison["pairing"]["echo"]["shared"] == len(WORDS)
+
+    before, after = second["benchmarks"]["echo"], third["benchmarks"]["echo"]
+    assert before["accuracy"] > 0.2, "the default model should half solve the lenient echo task"
+    assert after["accuracy"] < before["accuracy"] - 0.05  # the stricter scorer on the same completions
+    planted = third["comparison"]
+    row = planted["benchmarks"]["echo"]["accuracy"]
+    assert row["delta"] == pytest.approx(after["accuracy"] - before["accuracy"]) and row["detectable"] > 0
+    assert planted["gate"]["passed"] is False
+    assert ("echo", "accuracy") in [(f["benchmark"], f["metric"]) for f in planted["gate"]["failures"]]
+    assert planted["benchmarks"]["gsm8k"]["accuracy"]["delta"] == 0  # untouched benchmark, cached
+    pairing = planted["pairing"]["echo"]
+    assert pairing["gained_count"] == 0  # a stricter scorer never makes a prompt right
+    page = reports[2].read_text()
+    for flip in pairing["lost"]:
+        assert f'data-prompt="{flip["prompt_id"]}"' in page
+    assert f"{pairing['lost_count']} right → wrong, 0 wrong → right of {len(WORDS)} shared prompts" in page
+    assert "gate FAILED" in deployed.artifacts(flow_runs[2])["eval-report"].data
+    index = json.loads((deployed.store / "index.json").read_text())
+    entry = next(e for e in index if e["run_id"] == third["run_info"]["run_id"])
+    assert entry["gate_passed"] is False and "echo: accuracy" in entry["regressions"]
+
+    def compare(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([EVALFLOW, "compare", *args, "--store", str(deployed.store)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    failing = compare(third["run_info"]["run_id"])
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert f"flips in echo: {pairing['lost_count']} right → wrong" in failing.stdout
+    assert failing.stdout.splitlines()[-1].startswith("gate FAILED") and "echo accuracy delta" in failing.stdout
+    passing = compare(second["run_info"]["run_id"], first["run_info"]["run_id"])
+    assert passing.returncode == 0 and passing.stdout.splitlines()[-1].startswith("gate passed"), passing.stdout
 
 
 def test_bad_parameters_fail_before_any_server_naming_the_field(deployed: Deployed) -> None:

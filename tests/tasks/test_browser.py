@@ -297,3 +297,30 @@ def test_report_works_after_the_store_moves(browser: Any, site: dict[str, Any], 
     assert page.page.url == (moved / "runs/run-a/report.html").as_uri()
     assert page.errors == []
     page.page.close()
+
+
+def test_a_flipped_prompt_links_into_both_runs_browsers(browser: Any, tmp_path: Path) -> None:
+    """The report's flips table: each prompt's link opens this run's and the baseline's rollout browser showing
+    that prompt's rollouts alone (the hash's `p`), benchmark chosen."""
+    from tests.cli.test_compare_command import add_run, rows
+
+    store = Store(str(tmp_path / "store"))
+    add_run(store, "before", 1, rows("before", set(range(30))))
+    add_run(store, "after", 2, rows("after", set(range(3, 30))))  # p00..p02 right -> wrong
+    page = Page(browser, (tmp_path / "store/runs/after/report.html").as_uri())
+    flips = page.page.locator("table.flips tbody tr")
+    assert flips.count() == 3 and flips.first.get_attribute("data-prompt") == "p00"
+    assert "3 right → wrong, 0 wrong → right of 40 shared prompts" in page.page.locator("ul.flip-summary").inner_text()
+    page.page.screenshot(path=str(ARTIFACTS / "report-flips.png"), full_page=True)
+    for link, run in (("this run", "after"), ("baseline", "before")):
+        page.page.goto((tmp_path / "store/runs/after/report.html").as_uri())
+        page.page.locator("table.flips tbody tr").nth(1).locator("a", has_text=link).click()
+        page.page.wait_for_load_state("load")
+        assert page.page.url.endswith(f"/runs/{run}/rollouts.html#b=gsm8k&p=p01")
+        assert page.page.locator("#f-prompt").input_value() == "p01"
+        assert page.page.locator("#f-bench").input_value() == "gsm8k"
+        assert shown(page) == "2 of 80 rollouts shown"  # p01's two repeats, not p10..p19's
+        texts = page.page.locator("#rows tbody tr").all_inner_texts()
+        assert len(texts) == 2 and all("p01" in t for t in texts)
+    assert page.errors == []
+    page.page.close()
