@@ -143,7 +143,7 @@ def test_a_schema_2_document_validates_with_its_info_rates_as_env_metrics() -> N
 
 
 def test_a_newer_metrics_document_is_refused() -> None:
-    assert RunMetrics().schema_version == METRICS_SCHEMA_VERSION == 6
+    assert RunMetrics().schema_version == METRICS_SCHEMA_VERSION == 7
     with pytest.raises(pydantic.ValidationError, match="newer than this evalflow reads"):
         RunMetrics.model_validate({"schema_version": METRICS_SCHEMA_VERSION + 1})
 

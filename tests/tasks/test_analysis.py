@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from core.metrics_doc import METRICS_SCHEMA_VERSION, RunMetrics
+from core.schema import to_json
 from tasks.analysis import queries
 from tasks.analysis.metrics import compute_metrics
 from tasks.analysis.stats import wilson_interval
@@ -58,6 +60,8 @@ def test_pass_at_k_over_prompts(make_rollout, metrics_of) -> None:
         "mean_reward": 0.25,
         "reference": "2",
         "top_answer": "3",
+        # the opening messages as stored (JSON text), hashed: what a paired comparison matches prompts by
+        "prompt_hash": hashlib.md5(to_json(rows[0]["messages"]).encode()).hexdigest()[:16],
     }
 
 
