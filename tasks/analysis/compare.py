@@ -225,12 +225,15 @@ def _row(
 
 
 def compare_benchmark(
-    cur: BenchmarkMetrics, base: BenchmarkMetrics, matched: Matched | None = None
+    cur: BenchmarkMetrics, base: BenchmarkMetrics, matched: Matched | None = None, *, paired: bool = True
 ) -> dict[str, ComparisonRow]:
     """Every headline metric both runs have, keyed by metric name (accuracy, pass@1, pass@n, ...); accuracy and
     pass@k paired over the shared prompts where both documents have per-prompt rows (`matched`, found here when
-    not given)."""
-    matched = matched if matched is not None else match_prompts(cur, base)
+    not given), unless `paired` is false (the independent comparison, e.g. to show what pairing gained)."""
+    if not paired:
+        matched = None
+    elif matched is None:
+        matched = match_prompts(cur, base)
     out: dict[str, ComparisonRow] = {}
     accuracy = accuracy_row(cur, base, matched)
     if accuracy is not None:

@@ -167,3 +167,26 @@ def test_the_readme_walk_through_and_gate_example_run(store: Path, tmp_path: Pat
     assert example is not None
     gate = EvalConfig.model_validate(yaml.safe_load(example.group(1))).gate
     assert gate.rule_for("tetris").rule == "absolute" and gate.rule_for("gsm8k").max_drop == 0.0
+
+
+def test_runs_on_s3_compare_the_same(tmp_path: Path) -> None:
+    """A store on an S3-compatible server (moto on loopback): credentials from the environment, the endpoint as an
+    fsspec option; the verdict and flips as on disk."""
+    import os
+
+    from tests.conftest import moto_s3
+
+    with moto_s3("evals") as endpoint:
+        options = {"client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        s3 = Store("s3://evals/team", {**options, "key": "testing", "secret": "testing"})
+        add_run(s3, "a", 1, rows("a", set(range(30))))
+        add_run(s3, "b", 2, rows("b", set(range(10, 30))))
+        out = subprocess.run(
+            [EVALFLOW, "compare", "b", "--store", "s3://evals/team",
+             "--option", f"client_kwargs.endpoint_url={endpoint}", "--option", "client_kwargs.region_name=us-east-1"],
+            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert "flips in gsm8k: 10 right → wrong, 0 wrong → right of 40 shared prompts" in out.stdout
+    assert "testing" not in out.stdout + out.stderr
