@@ -16,7 +16,8 @@ from core.migrate import env_metrics_of_schema_2, strip_unknown
 # 4: ci.accuracy clustered by prompt, accuracy_stderr, majority_vote. 5: metrics.json is a core.record.RunRecord
 # (typed run_info and comparison); every document model refuses unknown keys. 6: `reasoning` per benchmark, the
 # reasoning_tokens / answer_tokens distributions, parse_error_rate without the rollouts cut off while reasoning.
-# 7: per_prompt rows carry prompt_hash (a paired comparison matches prompts by id and content); comparison rows
+# 7: per_prompt rows carry prompt_hash (a paired comparison matches prompts by id and content) and the headline
+# env rates' counts; comparison rows
 # carry their paired statistics, the smallest detectable change and the flipped prompts.
 METRICS_SCHEMA_VERSION = 7
 
@@ -148,6 +149,7 @@ class PromptRow(_Doc):
     reference: str | None = None
     top_answer: str | None = None
     prompt_hash: str | None = None  # md5 of the prompt's opening messages, 16 hex digits; null before schema 7
+    rates: dict[str, tuple[int, int]] = Field(default_factory=dict)  # headline env rate key -> (trues, n) here
 
 
 class EnvMetric(_Doc):

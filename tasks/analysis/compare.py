@@ -3,14 +3,15 @@
 Why these intervals (no resampling of either run is needed; both come from the metrics documents):
 
 - Paired, where the runs asked the same prompts (tasks/analysis/paired.py; matched by prompt id and the prompt's
-  content hash from the documents' ``per_prompt`` rows): accuracy and pass@k (pass@1 and the largest common k) are
-  compared over the shared prompts only, as per-prompt differences with an SE clustered by prompt (McNemar's exact
+  content hash from the documents' ``per_prompt`` rows): accuracy, pass@k (pass@1 and the largest common k) and the
+  environments' headline rates (from each prompt's counts, ``per_prompt[].rates``) are compared over the shared
+  prompts only, as per-prompt differences with an SE clustered by prompt (McNemar's exact
   test decides accuracy where every prompt has one sample). A prompt's difficulty is shared by both runs, so the
   paired interval is much narrower than the independent one where they agree on which prompts are hard. The row's
   current and baseline values are then the shared prompts', its n the shared prompts, its method
   ``paired-clustered`` or ``paired-mcnemar-exact`` (`` (matched by id)`` for documents without prompt hashes).
   Everything below is the independent comparison, for runs that share no prompt (or documents without per-prompt
-  rows), and for maj@k, the environments' rates and mean reward, whose per-prompt values the documents lack.
+  rows), and for maj@k and mean reward, whose per-prompt values the documents lack.
 - Accuracy is clustered by prompt, like its headline CI (tasks/analysis/metrics.py): a prompt's repeats
   share its difficulty, so 100 repeats of a prompt are not 100 independent samples. The runs are
   independent, so d = p1 - p0 has ``d +/- 1.96 * sqrt(se1^2 + se0^2)`` from each run's cluster-robust SE
@@ -153,6 +154,16 @@ def _paired_row(label: str, pd: PairedDelta, matched: Matched) -> ComparisonRow:
     )  # fmt: skip
 
 
+def _paired_rate(matched: Matched, name: str, label: str) -> PairedDelta | None:
+    """pass@1 / pass@n by their per-prompt estimator, an environment's headline rate by its per-prompt counts; maj@k
+    has no per-prompt value in the document (None: compared as independent)."""
+    if name in ("pass@1", "pass@n"):
+        return paired_pass_at_k(matched, int(label.split("@")[1]))
+    if name == "maj@n":
+        return None
+    return paired_delta(*matched.rate_counts(name))
+
+
 def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics, matched: Matched | None = None) -> ComparisonRow | None:
     """The accuracy row: paired over the shared prompts where both documents have per-prompt rows, else clustered by
     prompt for independent runs where both documents allow it (see the module docstring)."""
@@ -241,8 +252,7 @@ def compare_benchmark(
     for name, label, (p1, n1), (p0, n0) in _rates(cur, base):
         if p1 is None or p0 is None:
             continue
-        k = int(label.split("@")[1]) if name in ("pass@1", "pass@n") else None
-        pd = paired_pass_at_k(matched, k) if matched is not None and k is not None else None
+        pd = _paired_rate(matched, name, label) if matched is not None else None
         if matched is not None and pd is not None:
             out[name] = _paired_row(label, pd, matched)
         else:

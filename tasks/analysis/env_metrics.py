@@ -74,6 +74,32 @@ def env_metrics(
     return out
 
 
+def headline_rates_by_prompt(
+    con: duckdb.DuckDBPyConnection, specs: Mapping[str, Sequence[MetricSpec]]
+) -> dict[str, dict[str, dict[str, tuple[int, int]]]]:
+    """Per benchmark, per prompt, each headline rate's (trues, n) over the prompt's rollouts, counted as the rate
+    itself is (errored rollouts count as false): what a paired comparison of two runs' rates needs."""
+    out: dict[str, dict[str, dict[str, tuple[int, int]]]] = {}
+    for bench, bench_specs in specs.items():
+        rates = [s for s in bench_specs if s.kind == "rate" and s.headline]
+        if not rates:
+            continue
+        keys = env_keys({bench: bench_specs})[bench]
+        values = [f"env[{keys.index(s.key) + 1}]" for s in rates]
+        cols = ", ".join(
+            f"count(*) FILTER (error IS NULL AND {v} = 'true'), "
+            f"count(*) FILTER (error IS NULL AND {v} IN ('true', 'false') OR error IS NOT NULL)"
+            for v in values
+        )
+        sql = f"SELECT prompt_id, {cols} FROM rollouts WHERE benchmark = $bench GROUP BY prompt_id"
+        by_prompt = out.setdefault(bench, {})
+        for prompt_id, *counts in con.execute(sql, {"bench": bench}).fetchall():
+            pairs = zip(counts[0::2], counts[1::2], strict=True)
+            # a prompt where no rollout carried the rate (and none errored) has nothing to pair
+            by_prompt[str(prompt_id)] = {s.key: (int(t), int(n)) for s, (t, n) in zip(rates, pairs, strict=True) if n}
+    return out
+
+
 def _metric(spec: MetricSpec, value: Any, n: int, errors: int) -> EnvMetric:
     """The metric of `spec` from its aggregates (value, n) (see _aggregates); a rate's `n` gains the
     benchmark's `errors` (errored rollouts count as false)."""

@@ -88,7 +88,7 @@ from core.store import Store
 from envs.base import MetricSpec
 from envs.registry import find_env
 from tasks.analysis import queries
-from tasks.analysis.env_metrics import env_keys, env_metrics
+from tasks.analysis.env_metrics import env_keys, env_metrics, headline_rates_by_prompt
 from tasks.analysis.load import connect, load
 from tasks.analysis.queries import Overview, PromptStats, RewardValue, ToolCallGroup
 from tasks.analysis.reasoning import (
@@ -209,7 +209,7 @@ def _buckets(found: list[ToolCallGroup]) -> list[ToolCallBucket]:
     ]
 
 
-def _prompt_row(p: PromptStats) -> PromptRow:
+def _prompt_row(p: PromptStats, rates: dict[str, tuple[int, int]]) -> PromptRow:
     return PromptRow(
         prompt_id=p.prompt_id,
         n=p.n,
@@ -219,10 +219,13 @@ def _prompt_row(p: PromptStats) -> PromptRow:
         reference=p.reference,
         top_answer=p.top_answer,
         prompt_hash=p.prompt_hash,
+        rates=rates,
     )
 
 
-def _benchmark_metrics(ov: Overview, per_prompt: list[PromptStats], found: Found) -> BenchmarkMetrics:
+def _benchmark_metrics(
+    ov: Overview, per_prompt: list[PromptStats], found: Found, rates: dict[str, dict[str, tuple[int, int]]]
+) -> BenchmarkMetrics:
     repeats = {"min": min(p.n for p in per_prompt), "max": max(p.n for p in per_prompt)}
     passk = _pass_at_ks(per_prompt, ks_for(repeats["max"]))
     mode = max(found.reward_values, key=lambda v: (v.count, -v.value), default=None)
@@ -271,7 +274,7 @@ def _benchmark_metrics(ov: Overview, per_prompt: list[PromptStats], found: Found
             reward_corr=ov.tool_calls_reward_corr,
         ),
         reward_by_tool_calls=_buckets(found.by_tool_calls),
-        per_prompt=[_prompt_row(p) for p in per_prompt],
+        per_prompt=[_prompt_row(p, rates.get(p.prompt_id, {})) for p in per_prompt],
         env_metrics=found.env_metrics,
         reasoning=reasoning_stats(found.reasoning, found.by_length),
     )
@@ -310,6 +313,7 @@ def compute_metrics(
         tool_moments = {b: queries.tool_moments(con, b) for b, ov in overview.items() if ov.tool_calls_max}
         wanted = {name: (specs or {}).get(name, ()) for name in overview}
         declared = env_metrics(con, wanted, {b: ov.error_count for b, ov in overview.items()})
+        rates_by_prompt = headline_rates_by_prompt(con, wanted)
         distributions = queries.distributions(con)
         reasoning = reasoning_rows(con)
         by_length = reasoning_by_length(con)
@@ -330,7 +334,7 @@ def compute_metrics(
             reasoning=reasoning.get(name),
             by_length=by_length.get(name),
         )
-        benchmarks[name] = _rounded(_benchmark_metrics(ov, per_prompt[name], found))
+        benchmarks[name] = _rounded(_benchmark_metrics(ov, per_prompt[name], found, rates_by_prompt.get(name, {})))
     return RunMetrics(
         total_rollouts=sum(b.n_rollouts for b in benchmarks.values()),
         duplicate_rollouts=duplicates,

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from core.metrics_doc import BenchmarkMetrics
+from core.metrics_doc import BenchmarkMetrics, PromptRow
 from core.record import FlippedPrompt, Pairing
 from tasks.analysis.stats import Z_95, pass_at_k
 
@@ -159,17 +159,35 @@ def flips(
 class Matched:
     """Two documents' prompts of one benchmark, matched by prompt id and content (see match_prompts)."""
 
-    current: dict[str, PromptCounts]
-    baseline: dict[str, PromptCounts]
+    current_rows: dict[str, PromptRow]
+    baseline_rows: dict[str, PromptRow]
     changed: int  # same id, different content: in neither map
     by_id: bool  # a document without prompt hashes (schema <= 6): matched by id alone
 
+    @property
+    def current(self) -> dict[str, PromptCounts]:
+        return {k: PromptCounts(r.n, r.successes) for k, r in self.current_rows.items()}
+
+    @property
+    def baseline(self) -> dict[str, PromptCounts]:
+        return {k: PromptCounts(r.n, r.successes) for k, r in self.baseline_rows.items()}
+
+    def rate_counts(self, key: str) -> tuple[dict[str, PromptCounts], dict[str, PromptCounts]]:
+        """An environment's headline rate per prompt, as (trues, n) counts, in each run (prompts without it left
+        out: documents of schema <= 6 have none)."""
+
+        def counts(rows: dict[str, PromptRow]) -> dict[str, PromptCounts]:
+            return {k: PromptCounts(r.rates[key][1], r.rates[key][0]) for k, r in rows.items() if key in r.rates}
+
+        return counts(self.current_rows), counts(self.baseline_rows)
+
     def pairing(self) -> Pairing:
-        lost, gained = flips(self.current, self.baseline)
+        current, baseline = self.current, self.baseline
+        lost, gained = flips(current, baseline)
         return Pairing(
-            shared=len(self.current.keys() & self.baseline.keys()),
-            only_current=len(self.current.keys() - self.baseline.keys()),
-            only_baseline=len(self.baseline.keys() - self.current.keys()),
+            shared=len(current.keys() & baseline.keys()),
+            only_current=len(current.keys() - baseline.keys()),
+            only_baseline=len(baseline.keys() - current.keys()),
             changed=self.changed,
             lost_count=len(lost),
             gained_count=len(gained),
@@ -193,8 +211,8 @@ def match_prompts(cur: BenchmarkMetrics, base: BenchmarkMetrics) -> Matched | No
         for k in rows1.keys() & rows0.keys()
         if rows1[k].prompt_hash and rows0[k].prompt_hash and rows1[k].prompt_hash != rows0[k].prompt_hash
     }
-    current = {k: PromptCounts(r.n, r.successes) for k, r in rows1.items() if k not in changed}
-    baseline = {k: PromptCounts(r.n, r.successes) for k, r in rows0.items() if k not in changed}
+    current = {k: r for k, r in rows1.items() if k not in changed}
+    baseline = {k: r for k, r in rows0.items() if k not in changed}
     if not current.keys() & baseline.keys():
         return None
     by_id = any(r.prompt_hash is None for r in (*cur.per_prompt, *base.per_prompt))

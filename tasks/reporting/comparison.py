@@ -17,11 +17,12 @@ from tasks.reporting.format import NONE, fmt_delta, fmt_num, fmt_rate
 from tasks.reporting.parts import Table
 
 DELTA_NOTE = (
-    "Δ over the prompts both runs asked, paired by prompt where they share them (paired-clustered: per-prompt "
-    "differences, SE clustered by prompt; paired-mcnemar-exact: one sample per prompt, McNemar's exact test "
-    "decides); clustered-prompts or Newcombe's interval for runs that share none; bootstrap CIs combined for mean "
-    "reward. A regression is a drop whose 95% CI excludes 0. Detectable: the smallest change this pair of runs "
-    "would flag with 80% power, so a smaller one reads as 'not measured', not as 'no change'."
+    "Δ of accuracy, pass@k and the environment's rates over the prompts both runs asked, paired by prompt where "
+    "they share them (paired-clustered: per-prompt differences, SE clustered by prompt; paired-mcnemar-exact: one "
+    "sample per prompt, McNemar's exact test decides); clustered-prompts or Newcombe's interval for runs that "
+    "share none and for maj@k; bootstrap CIs combined for mean reward. A regression is a drop whose 95% CI "
+    "excludes 0. Detectable: the smallest change this pair of runs would flag with 80% power, so a smaller one "
+    "reads as 'not measured', not as 'no change'."
 )
 BROWSER_FILE = "rollouts.html"
 

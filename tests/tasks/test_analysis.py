@@ -62,6 +62,7 @@ def test_pass_at_k_over_prompts(make_rollout, metrics_of) -> None:
         "top_answer": "3",
         # the opening messages as stored (JSON text), hashed: what a paired comparison matches prompts by
         "prompt_hash": hashlib.md5(to_json(rows[0]["messages"]).encode()).hexdigest()[:16],
+        "rates": {},  # no environment rate declared here
     }
 
 

@@ -146,3 +146,36 @@ def test_one_prompt_gives_no_interval(run_metrics: Callable[..., RunMetrics]) ->
     assert acc.delta == pytest.approx(-0.8) and acc.low is None and acc.high is None
     assert acc.regression is False and acc.method == "clustered-prompts (fewer than 2 prompts: no interval)"
     assert rate_delta(0.1, 50, 0.9, 50)[2] < 0
+
+
+def test_an_environments_headline_rate_is_paired_from_its_per_prompt_counts(
+    make_rollout: Callable[..., dict[str, Any]], write_batch: Callable[..., str], local_store: Store
+) -> None:
+    """GSM8K-like: `strict` is a headline rate. Per prompt its (trues, n) is in per_prompt[].rates, errored rollouts
+    counted as false as in the rate itself, and the comparison pairs it like accuracy."""
+    from envs.base import MetricSpec
+
+    specs = {"gsm8k": [MetricSpec(key="strict", label="strict", kind="rate", headline=True)]}
+
+    def run(run_id: str, trues: Sequence[int]) -> RunMetrics:
+        rows = [
+            make_rollout(
+                prompt_id=f"p{i}", repeat=r, run_id=run_id, info={"strict": r < t},
+                error="Timeout: x" if (i, r) == (0, 0) else None,  # an errored rollout: false, and counted
+            )
+            for i, t in enumerate(trues)
+            for r in range(4)
+        ]  # fmt: skip
+        return compute_metrics([write_batch(rows, name=f"{run_id}.parquet")], local_store, specs)
+
+    base, cur = run("base", [4, 3, 2, 1, 0, 4]), run("cur", [3, 3, 1, 1, 0, 2])
+    rows = {p.prompt_id: p.rates for p in cur.benchmarks["gsm8k"].per_prompt}
+    assert rows["p0"] == {"strict": (2, 4)}  # 3 true, one of them errored: 2 of 4
+    assert rows["p5"] == {"strict": (2, 4)}
+    row = compare(cur, base).benchmarks["gsm8k"]["strict"]
+    assert row.method == "paired-clustered" and row.n_current == row.n_baseline == 6
+    assert row.baseline == pytest.approx(13 / 24) and row.current == pytest.approx(9 / 24)
+    assert row.current == pytest.approx(cur.benchmarks["gsm8k"].env_metric("strict").value)
+    # per prompt d_i = (2-3, 3-3, 1-2, 1-1, 0-0, 2-4) / 4 around the mean -4/24: u_i = (d_i * 4 + 4/6) / 24
+    u = [(d + 4 / 6) / 24 for d in (-1, 0, -1, 0, 0, -2)]
+    assert row.se == pytest.approx(math.sqrt(sum(x * x for x in u)))
