@@ -340,9 +340,10 @@ def changes_table(changes: list[StepChange]) -> Table:
         interval = NONE if row.low is None else f"{fmt_delta(row.low, rate)} … {fmt_delta(row.high, rate)}"
         verdict = "regression ▼" if row.regression else "improvement ▲"
         steps = f"{c.from_step} → {c.to_step}"
+        detectable = NONE if row.detectable is None else "±" + fmt_delta(row.detectable, rate).lstrip("+")
         rows.append([c.benchmark, steps, row.label, fmt(row.baseline), fmt(row.current),
-                     fmt_delta(row.delta, rate), interval, verdict])  # fmt: skip
-    header = ["benchmark", "steps", "metric", "before", "after", "Δ", "Δ 95% CI", "verdict"]
+                     fmt_delta(row.delta, rate), interval, detectable, row.method, verdict])  # fmt: skip
+    header = ["benchmark", "steps", "metric", "before", "after", "Δ", "Δ 95% CI", "detectable", "method", "verdict"]
     return Table(header, rows, CHANGES_NOTE)
 
 
