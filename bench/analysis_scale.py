@@ -188,6 +188,10 @@ class Generator:
             "sampling": pa.array(np.full(n, '{"max_tokens": 512, "temperature": 0.7, "top_p": 1.0}', dtype=object)),
             "messages": messages,
             "completion": pc.if_else(null_if_error, pa.scalar(None, pa.string()), completion),
+            "reasoning": pa.nulls(n, pa.string()),  # a model that does not think (rollout schema 3's columns)
+            "reasoning_tokens": pa.array(np.zeros(n, dtype=np.int64), mask=errored),
+            "answer_tokens": pa.array(completion_tokens, mask=errored),
+            "ended_in_reasoning": pa.array(np.zeros(n, dtype=bool), mask=errored),
             "transcript": pc.if_else(null_if_error, pa.scalar(None, pa.string()), transcript),
             "finish_reason": pa.array(np.where(errored, None, finish), pa.string()),
             "prompt_tokens": pa.array(prompt_tokens, mask=errored),

@@ -119,9 +119,12 @@ def load(con: duckdb.DuckDBPyConnection, files: list[str], env_keys: Mapping[str
                    coalesce(ended_in_reasoning OR reasoning_tokens > 0, false) AS has_reasoning
             FROM (
                 SELECT {cols}, {_env_values(env_keys or {})}::VARCHAR[] AS env, lag(repeat) OVER w AS prev_repeat,
-                       left(md5(messages), 16) AS prompt_hash,
-                       dense_rank() OVER (PARTITION BY benchmark, prompt_id ORDER BY repeat) AS pos
-                FROM read_parquet($files, union_by_name = true, filename = true)
+                       prompt_hash, dense_rank() OVER (PARTITION BY benchmark, prompt_id ORDER BY repeat) AS pos
+                -- the prompt's hash is taken before the window, which then holds 16 characters, not the messages
+                FROM (
+                    SELECT * EXCLUDE (messages), left(md5(messages), 16) AS prompt_hash
+                    FROM read_parquet($files, union_by_name = true, filename = true)
+                )
                 WINDOW w AS (PARTITION BY benchmark, prompt_id ORDER BY repeat, created_at DESC, filename DESC)
             )
             WHERE prev_repeat IS DISTINCT FROM repeat
