@@ -14,14 +14,6 @@ DEFAULT_STORE = StoreConfig().url
 GATE_FAILED = 1
 
 
-def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
-    grid = [header, *rows]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in grid]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
 def compare(
     run_id: Annotated[str, typer.Argument(help="the run to judge (its id in the store's run index)")],
     baseline_id: Annotated[
@@ -75,6 +67,7 @@ def compare(
     from flows.compare import compare_runs
     from tasks.analysis.gate import describe
     from tasks.reporting.comparison import comparison_view
+    from tasks.reporting.parts import text_lines
 
     overrides = {"max_drop": max_drop, "rule": rule, "metrics": metric or None}
     result = compare_runs(Store(store, parse_options(option or [])), run_id, baseline_id, overrides)
@@ -85,7 +78,7 @@ def compare(
     else:
         view = comparison_view(doc)
         typer.echo(f"{run_id} against {result.baseline.run_id}: {view.summary}")
-        typer.echo("\n".join(_grid(view.table.header, view.table.rows)))
+        typer.echo("\n".join(text_lines(view.table)))
         for s in view.flip_summaries:
             typer.echo(f"flips in {s.benchmark}: {s.line}")
         for f in view.flips:

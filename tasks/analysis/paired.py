@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from core.metrics_doc import BenchmarkMetrics, PromptRow
@@ -164,11 +165,11 @@ class Matched:
     changed: int  # same id, different content: in neither map
     by_id: bool  # a document without prompt hashes (schema <= 6): matched by id alone
 
-    @property
+    @cached_property
     def current(self) -> dict[str, PromptCounts]:
         return {k: PromptCounts(r.n, r.successes) for k, r in self.current_rows.items()}
 
-    @property
+    @cached_property
     def baseline(self) -> dict[str, PromptCounts]:
         return {k: PromptCounts(r.n, r.successes) for k, r in self.baseline_rows.items()}
 

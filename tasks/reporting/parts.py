@@ -44,6 +44,15 @@ class Link:
     href: str
 
 
+def text_lines(table: Table) -> list[str]:
+    """The table as aligned plain-text lines (header, a rule, the rows), for a terminal."""
+    grid = [table.header, *table.rows]
+    widths = [max(len(row[i]) for row in grid) for i in range(len(table.header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in grid]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
 def kv_table(pairs: Iterable[tuple[str, str]]) -> Table:
     """A two-column table of named values."""
     return Table(["", "value"], [[k, v] for k, v in pairs])

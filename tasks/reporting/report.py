@@ -30,7 +30,7 @@ from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import browser_url, slug
 from tasks.reporting.headline import Metrics, as_run_metrics, headline_records, headline_table
 from tasks.reporting.index import index_entry, update_index
-from tasks.reporting.parts import Link, Section, Table
+from tasks.reporting.parts import Link, Section, Table, text_lines
 from tasks.reporting.render import render_html, render_markdown
 from tasks.reporting.view import lm_eval_section, report_title, report_view
 
@@ -183,11 +183,7 @@ def publish_artifacts(
 def format_terminal_summary(metrics: Metrics, urls: dict[str, str]) -> str:
     """A plain-text headline table and the report locations, for the end of a CLI run."""
     run = as_run_metrics(metrics)
-    table = headline_table(run)
-    grid = [table.header, *table.rows]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(table.header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in grid]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = text_lines(headline_table(run))
     if not run.benchmarks:
         lines.append("(no rollouts)")
     lines.append(f"total rollouts: {run.total_rollouts:,}")
