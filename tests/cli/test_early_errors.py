@@ -63,7 +63,11 @@ def test_an_unreachable_endpoint_fails_in_seconds_naming_url_and_field(tmp_path:
         "server error: server.base_url http://127.0.0.1:9/v1: unreachable ([Errno 111] Connection refused); "
         "start the server or fix server.base_url"
     ]
-    assert seconds < 20, seconds  # imports included (a few seconds on a busy machine); no Prefect engine started
+    # before any flow run: no Prefect engine or temporary API was started (their first lines would be printed)
+    assert "flow run" not in proc.stdout + proc.stderr and "temporary" not in proc.stdout + proc.stderr
+    # no retry loop either: a refused connection is not retried for a minute (imports alone take 5-20 s on a
+    # loaded 2-core CI machine, which is why this bound is not tighter: a clean-clone fast lane measured 20.5 s)
+    assert seconds < 60, seconds
 
 
 def test_evalflow_processes_run_with_prefect_analytics_off() -> None:
