@@ -74,6 +74,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--compiled", action="store_true", help="also measure the chosen setting compiled")
+    parser.add_argument(
+        "--executors", action="store_true",
+        help="only evalflow's choice, with vLLM's worker in its own process (mp) and in the engine's (uni)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     env = get_env("gsm8k")
@@ -91,6 +95,11 @@ def main() -> None:
         ("no reserved core + bfloat16", CpuChoice("bfloat16", 0, "bf16"), EAGER),
         ("no reserved core + float32", CpuChoice("float32", 0, "fp32"), EAGER),
     ]
+    if args.executors:  # what a start costs and what generation gives, with one process fewer
+        settings = [
+            ("evalflow's choice, worker process (mp)", auto, [*EAGER, "--distributed-executor-backend", "mp"]),
+            ("evalflow's choice, worker in the engine (uni)", auto, [*EAGER, "--distributed-executor-backend", "uni"]),
+        ]
     if args.compiled:
         settings.append((f"evalflow's choice, compiled ({auto.dtype})", auto, []))
     rows_out = [measure(label, choice, extra, prompts, args) for label, choice, extra in settings]

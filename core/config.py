@@ -188,6 +188,12 @@ class ServerConfig(_Strict):
     )
     startup_timeout_s: float = Field(default=600.0, gt=0)
     max_restarts: int = Field(default=2, ge=0, description="restarts of a server that dies mid-run")
+    swap_weights: bool = Field(
+        default=True,
+        description="under a watcher (a training run's steps): load each next checkpoint into the running managed "
+        "server in place, proven by a probe, when it has the same architecture, tokenizer and server settings; "
+        "false: a fresh server for every checkpoint",
+    )
     tool_call_parser: str | None = Field(
         default=None, description="vLLM tool-call parser (e.g. hermes for Qwen3): enables tool calling on the server"
     )

@@ -354,6 +354,12 @@ class ServerInfo(_Record):
     slot: Slot | None = None
     restarts: int = 0
     replicas: list[Replica] = Field(default_factory=list)
+    # under a watcher (one server for a training run): "started" fresh, "swapped" (this checkpoint loaded into the
+    # server in place and proven) or "kept" (it held this checkpoint already); None: a server of this run alone
+    how: Literal["started", "swapped", "kept"] | None = None
+    ready_s: float | None = None  # the start or the swap, proof included
+    probe: dict[str, Any] | None = None  # the probe it answered before collecting (tasks/serving/probe.py)
+    why: str | None = None  # why a watcher's server was started afresh rather than swapped
 
 
 class Collection(_Record):

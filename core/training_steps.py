@@ -84,6 +84,9 @@ def config_key(config: dict[str, Any]) -> str:
     how it is evaluated): two runs of one step with equal keys evaluated it the same way (the redacted config a
     run records gives the same key as the one it ran)."""
     data = {k: v for k, v in config.items() if k not in ("run_name", "gate")}
+    server = data.get("server")
+    if isinstance(server, dict):  # how a server takes a checkpoint (swapped or started), not what it computes
+        data["server"] = {k: v for k, v in cast(dict[str, Any], server).items() if k != "swap_weights"}
     model = data.get("model")
     if isinstance(model, dict):
         data["model"] = {k: v for k, v in cast(dict[str, Any], model).items() if k not in _PER_STEP}

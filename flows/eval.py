@@ -8,7 +8,6 @@ No `from __future__ import annotations` here: a deployment validates the flow's 
 its signature, and postponed (string) annotations leave `EvalConfig` unresolved there.
 """
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -27,7 +26,7 @@ from prefect.runtime import flow_run as prefect_flow_run
 from core import store as store_paths
 from core.config import EvalConfig
 from core.logs import Stages, get_logger, quiet_tracebacks
-from core.record import Collection, Provenance, Replica, RunInfo, RunRecord, RunStatus, ServerInfo, ShardRun, Slot
+from core.record import Collection, Provenance, Replica, RunInfo, RunRecord, RunStatus, ServerInfo, ShardRun
 from core.secrets import redact
 from core.store import Store
 from flows.plan import check_endpoints, external_endpoint, plan_run, preflight
@@ -63,10 +62,10 @@ from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import format_terminal_summary, report_task, run_record
-from tasks.runtime.venv import ensure_runtime, runtime_for
+from tasks.runtime.venv import runtime_for
+from tasks.serving.managed import Managed, start_managed
 from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint, VLLMServer, Watchdog
-from tasks.serving.slots import server_slot
 
 # Every EvalflowError's message names what to fix: logged without its traceback in every entry point
 # (`evalflow run`, a deployment run); the command line prints its one line (cli.common.EvalflowGroup).
@@ -343,7 +342,9 @@ async def _collect_here(
     slots (stopped on any exit), or with the external endpoint; with neither when every batch is cached."""
     logger, config, store = get_logger(), prepared.config, prepared.store
     server: VLLMServer | None = None
+    managed: Managed | None = None
     server_info = ServerInfo()
+    failed = True
     run_dir, work, batch_task = prepared.run_dir, prepared.work, prepared.batch_task
     local_logs = Path(run_dir) / "logs" if store_paths.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
     async with contextlib.AsyncExitStack() as stack:
@@ -353,17 +354,8 @@ async def _collect_here(
                 if not prepared.missing:
                     logger.info("every batch is cached: no server needed")
                 elif config.server.mode == "managed":
-                    runtime = ensure_runtime(config.server.runtime)
-                    need = config.server.tensor_parallel_size * config.server.data_parallel_size
-                    slot = await stack.enter_async_context(
-                        server_slot(runtime.flavor, need if runtime.flavor == "gpu" else 1)
-                    )
-                    server = VLLMServer(runtime, prepared.model, config.server, local_logs / log_name, pin=slot.env)
-                    endpoint = await asyncio.to_thread(server.start)
-                    server_info = ServerInfo(
-                        pid=server.pid, port=server.port, log=str(server.log_path),
-                        slot=Slot(kind=slot.kind, devices=list(slot.devices), waited_s=round(slot.waited_s, 1)),
-                    )  # fmt: skip
+                    managed = await start_managed(stack, config.server, prepared.model, local_logs / log_name)
+                    server, server_info, endpoint = managed.server, managed.info, managed.server.endpoint
                     check_endpoints(endpoint, config, prepared.benchmarks)
                 else:
                     endpoint = external_endpoint(config)
@@ -383,12 +375,14 @@ async def _collect_here(
                     if endpoint is not None and len(endpoint.urls) > 1:  # requests each replica took
                         replicas = [Replica(url=r.url, requests=r.requests, up=r.up) for r in ctx.pool().replicas]
                         server_info = ServerInfo(replicas=replicas)
+            failed = False
         finally:
-            if server is not None:
+            if managed is not None:
                 with stages("stop_server"):
-                    server.stop()
-            if not store.is_local and (local_logs / log_name).exists():
-                store.write_bytes(store_paths.join(run_dir, "logs", log_name), (local_logs / log_name).read_bytes())
+                    await managed.release(failed)
+            log = server.log_path if server is not None else local_logs / log_name
+            if not store.is_local and log.exists():  # a kept server's log: its whole life so far
+                store.write_bytes(store_paths.join(run_dir, "logs", log_name), log.read_bytes())
     return collected, server, server_info
 
 

@@ -41,6 +41,7 @@ from tasks.reporting.format import browser_url
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import artifact_key
 from tasks.reporting.training_curve import write_curve_report
+from tasks.serving.keeper import keep_servers
 
 StepState = Literal["evaluated", "failed", "done", "given_up", "busy"]
 
@@ -154,17 +155,20 @@ async def watch_flow(config: EvalConfig, step_path: str | None = None) -> WatchR
     )  # fmt: skip
     locks = lock_manager(store)
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    for step in todo:
-        lock = f"watch-{run}-{key}-{step.step}"
-        if not locks.acquire_lock(lock, holder, acquire_timeout=0):
-            result.steps.append(WatchedStep(step=step.step, source=step.source, state="busy"))
-            logger.info("step %d: another watcher is evaluating it", step.step)
-            continue
-        try:
-            result.steps.append(await _evaluate(config, step, run, key, store))
-        finally:
-            locks.release_lock(lock, holder)
-        result.curve = write_curve_report(store, run)
+    async with keep_servers() as keeper:  # one managed server for the poll's steps, each loaded in place
+        for step in todo:
+            lock = f"watch-{run}-{key}-{step.step}"
+            if not locks.acquire_lock(lock, holder, acquire_timeout=0):
+                result.steps.append(WatchedStep(step=step.step, source=step.source, state="busy"))
+                logger.info("step %d: another watcher is evaluating it", step.step)
+                continue
+            try:
+                result.steps.append(await _evaluate(config, step, run, key, store))
+            finally:
+                locks.release_lock(lock, holder)
+            result.curve = write_curve_report(store, run)
+        if keeper.starts or keeper.swaps:
+            logger.info("servers for %d steps: %d started, %d swapped in place", len(todo), keeper.starts, keeper.swaps)
     if not result.curve:
         result.curve = write_curve_report(store, run)
     _publish(result, store)

@@ -125,3 +125,9 @@ class DcpExport(_Result):
     tensors: int
     bytes: int
     files: list[str]
+
+
+class NormDigests(_Result):
+    """norm_digests.py: the sha256 of each normalisation weight of an HF folder, as vLLM's weight checker hashes."""
+
+    digests: dict[str, str]

@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -83,8 +84,15 @@ class VLLMServer:
         log_path: Path,
         cpu: CpuChoice | None = None,
         pin: dict[str, str] | None = None,
+        swappable: bool = False,
     ) -> None:
         self.runtime = runtime
+        # a server another checkpoint may be loaded into (tasks/serving/keeper.py): vLLM's development routes on,
+        # a key of its own for /v1 (from the environment, so it is on no command line or log), and the name it
+        # was started under kept across swaps (vLLM fixes --served-model-name at start)
+        self.swappable = swappable
+        self.api_key = secrets.token_urlsafe(24) if swappable else "EMPTY"
+        self.served_as = model.served_name
         self.pin = dict(pin or {})  # the server slot's devices (CUDA_VISIBLE_DEVICES, CPU thread binding)
         self.model = model
         self.cfg = cfg
@@ -98,7 +106,7 @@ class VLLMServer:
         cmd = [
             str(self.runtime.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.model.path,
-            "--served-model-name", self.model.served_name,
+            "--served-model-name", self.served_as,
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--max-model-len", str(self.cfg.max_model_len),
@@ -141,7 +149,17 @@ class VLLMServer:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
         env.setdefault("HF_HUB_OFFLINE", "1" if self.model.kind != "hub" else env.get("HF_HUB_OFFLINE", "0"))
+        if self.swappable:  # /pause, /collective_rpc (reload_weights), /reset_prefix_cache, /weight_checker
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+            env["VLLM_API_KEY"] = self.api_key
+        else:
+            env.pop("VLLM_SERVER_DEV_MODE", None)
+            env.pop("VLLM_API_KEY", None)
         return env
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -167,14 +185,18 @@ class VLLMServer:
         VLLMServer._live.add(self)
         logger.info(
             "starting vLLM (%s) for %s on port %d, pid %d; log %s",
-            self.runtime.flavor, self.model.served_name, self.port, self.proc.pid, self.log_path,
+            self.runtime.flavor, self.model.path, self.port, self.proc.pid, self.log_path,
         )  # fmt: skip
         try:
             self.wait_ready(self.cfg.startup_timeout_s)
         except BaseException:
             self.stop()
             raise
-        return Endpoint(self.base_url, self.model.served_name)
+        return self.endpoint
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.base_url, self.served_as, api_key=self.api_key)
 
     def wait_ready(self, timeout_s: float) -> None:
         logger = get_logger()
@@ -192,8 +214,9 @@ class VLLMServer:
                 try:
                     health = client.get(f"http://127.0.0.1:{self.port}/health")
                     if health.status_code == 200:
-                        models = client.get(f"{self.base_url}/models").json()
-                        if any(m.get("id") == self.model.served_name for m in models.get("data", [])):
+                        auth = {"Authorization": f"Bearer {self.api_key}"}
+                        models = client.get(f"{self.base_url}/models", headers=auth).json()
+                        if any(m.get("id") == self.served_as for m in models.get("data", [])):
                             logger.info("vLLM ready in %.0f s at %s", time.monotonic() - started, self.base_url)
                             return
                 except (httpx.HTTPError, ValueError):

@@ -23,10 +23,13 @@ from errors import EvalflowError
 _CHECK = r"""
 import contextlib, io, json, sys
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-try:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
-except ImportError:  # vLLM before the launchers package
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+try:  # vLLM 0.33 (the GPU runtime's)
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:
+    try:  # vLLM 0.32 (the CPU runtime's)
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:  # vLLM before the launchers package
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.tool_parsers import ToolParserManager
 from vllm.reasoning import ReasoningParserManager
 
