@@ -32,6 +32,7 @@ from core.resolve import resolve
 from core.secrets import redact
 from core.store import Store
 from core.training_steps import config_key, parse_steps
+from flows.ahead import one_by_one, prepare_ahead, prepare_ahead_wanted
 from flows.eval import eval_flow
 from tasks.checkpoints.errors import CheckpointError
 from tasks.checkpoints.training_run import Step, list_steps, same_source, select_steps, training_run_id
@@ -155,18 +156,27 @@ async def watch_flow(config: EvalConfig, step_path: str | None = None) -> WatchR
     )  # fmt: skip
     locks = lock_manager(store)
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    wanted = prepare_ahead_wanted(resolved.config)
+    if wanted and len(todo) > 1:
+        logger.info("the server runs on GPUs: each next step is downloaded and converted while this one collects")
+
+    async def evaluate(step: Step) -> None:
+        lock = f"watch-{run}-{key}-{step.step}"
+        if not locks.acquire_lock(lock, holder, acquire_timeout=0):
+            result.steps.append(WatchedStep(step=step.step, source=step.source, state="busy"))
+            logger.info("step %d: another watcher is evaluating it", step.step)
+            return
+        try:
+            result.steps.append(await _evaluate(config, step, run, key, store))
+        finally:
+            locks.release_lock(lock, holder)
+        result.curve = write_curve_report(store, run)
+
+    async def ahead(step: Step) -> None:
+        await prepare_ahead(step_config(resolved.config, step, run), f"step {step.step}")
+
     async with keep_servers() as keeper:  # one managed server for the poll's steps, each loaded in place
-        for step in todo:
-            lock = f"watch-{run}-{key}-{step.step}"
-            if not locks.acquire_lock(lock, holder, acquire_timeout=0):
-                result.steps.append(WatchedStep(step=step.step, source=step.source, state="busy"))
-                logger.info("step %d: another watcher is evaluating it", step.step)
-                continue
-            try:
-                result.steps.append(await _evaluate(config, step, run, key, store))
-            finally:
-                locks.release_lock(lock, holder)
-            result.curve = write_curve_report(store, run)
+        await one_by_one(todo, evaluate, ahead if wanted else None)
         if keeper.starts or keeper.swaps:
             logger.info("servers for %d steps: %d started, %d swapped in place", len(todo), keeper.starts, keeper.swaps)
     if not result.curve:

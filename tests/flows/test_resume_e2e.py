@@ -99,6 +99,7 @@ def test_changed_inputs_miss_exactly_the_affected_batches(
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
     data["benchmarks"][0]["dataset"] = str(dataset)
+    data["sampling"]["max_tokens"] = 32  # what is cached and what is sent is the point here, not the text
 
     planned = plan_run(EvalConfig.model_validate(data))  # --dry-run: starts nothing
     assert (planned.rollouts.total, planned.rollouts.cached, planned.rollouts.to_generate) == (16, 0, 16)
