@@ -2,8 +2,8 @@
 tokenizer), DCP checkpoints written from it (fp32, as RL runs save them) in both NeMo RL layouts, and
 an S3 server (moto) on loopback. The conversion code does the same work per tensor whatever the depth;
 two layers instead of 30 make each checkpoint 150 MB instead of 540 MB, so the fast lane converts,
-uploads and hashes a quarter of the bytes. The e2e lane serves a DCP of the whole model
-(test_ckpt_serve_e2e.py)."""
+uploads and hashes a quarter of the bytes. The e2e lane serves converted DCPs of this model in several shards
+(test_ckpt_swap_e2e.py) and of the whole model (tests/flows/test_training_run_e2e.py)."""
 
 from __future__ import annotations
 

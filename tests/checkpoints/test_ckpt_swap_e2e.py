@@ -9,7 +9,8 @@ step's `eval` run inside one `keep_servers()`), greedy and one request at a time
 - step 400 restarts the server, saying that the architecture's config differs;
 - a server killed during a swap costs a restart: the keeper then serves the checkpoint it was asked for, proven,
   and the completions collected on it equal the swapped run's of that step.
-Seven step runs, four server starts (two of them the fresh servers the swapped steps are compared with).
+Seven step runs, four server starts (two of them the fresh servers the swapped steps are compared with). The
+steps are converted to several safetensors shards and an index (vLLM's harder case, at start and in a reload).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 from core.config import EvalConfig
 from core.record import RunRecord
 from flows.eval import eval_flow
+from tasks.checkpoints import jobs
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.runtime.venv import Runtime
 from tasks.serving import keeper as keeper_module
@@ -58,9 +60,9 @@ def config(run: Path, step: int, store: Path, cache: Path, **server: Any) -> Eva
         "run_name": f"swap step {step}",
         "model": {"source": str(run / f"step_{step}"), "cache_dir": str(cache), "training_run": "swap", "step": step},
         "server": {"mode": "managed", "extra_args": FAST_START, **server},
-        "sampling": {"temperature": 0.0, "max_tokens": 24},
-        "benchmarks": [{"task": "examples/tasks/science_mc.yaml", "limit": 6, "repeats": 1}],
-        "collection": {"batch_size": 6, "concurrency": 1},
+        "sampling": {"temperature": 0.0, "max_tokens": 16},
+        "benchmarks": [{"task": "examples/tasks/science_mc.yaml", "limit": 4, "repeats": 1}],
+        "collection": {"batch_size": 4, "concurrency": 1},
         "store": {"url": str(store)},
     })  # fmt: skip
 
@@ -79,6 +81,8 @@ def test_one_server_takes_each_step_in_place_proven_and_restarts_when_it_must(
     training_run: Path, prefect_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache, store, fresh = tmp_path / "ckpt-cache", tmp_path / "store", tmp_path / "fresh"
+    # converted to several shards and an index: what vLLM loads at start and reloads in place, its harder case
+    monkeypatch.setattr(jobs, "MAX_SHARD_BYTES", 40_000_000)
     real_swap = keeper_module.swap_weights
     keys: list[tuple[str, Path]] = []
 
@@ -115,6 +119,9 @@ def test_one_server_takes_each_step_in_place_proven_and_restarts_when_it_must(
     assert servers[OTHER].log != servers[100].log
     assert servers[OTHER].why == "config.json num_hidden_layers 2 -> 3"
     assert Path(str(servers[OTHER].log)).read_text().count("Starting vLLM server on") == 1
+    converted = [p for p in cache.iterdir() if p.is_dir() and p.name != "downloads" and not p.name.startswith(".")]
+    assert len(converted) == 4 and all(len(list(p.glob("*.safetensors"))) >= 2 for p in converted)
+    assert all((p / "model.safetensors.index.json").is_file() for p in converted)
     probes = {s: probe_of(records[s]) for s in (*STEPS, OTHER)}
     assert not probes[100].same_as(probes[200]) and not probes[200].same_as(probes[300])
 
