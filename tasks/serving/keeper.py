@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -30,7 +30,7 @@ from core.logs import get_logger
 from tasks.checkpoints.prepare import PreparedModel
 from tasks.runtime.venv import Runtime
 from tasks.serving import probe as proof
-from tasks.serving.server import ServerStartError, VLLMServer
+from tasks.serving.server import VLLMServer
 from tasks.serving.slots import Slot, server_slot
 from tasks.serving.swap import SwapError, SwapKey, differences, swap_key, swap_weights
 
@@ -59,7 +59,6 @@ class _Held:
     key: SwapKey | None
     fingerprint: str
     probe: proof.Probe | None
-    digests: dict[str, str] = field(default_factory=dict)
 
 
 class ServerKeeper:
@@ -100,8 +99,8 @@ class ServerKeeper:
             try:
                 await self._swap(held, model, key)
                 return Served(held.server, held.slot, "swapped", loop.time() - started, probe=held.probe)
-            except (SwapError, ServerStartError, OSError) as exc:
-                why = f"the swap was not proven: {' '.join(str(exc).split())[:300]}"
+            except Exception as exc:  # any failure (HTTP, a dead server, the hashing): start afresh
+                why = f"the swap was not proven: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
         if held is not None:
             get_logger().info("starting a fresh server for %s: %s", model.path, why)
             await self.close()

@@ -37,7 +37,7 @@ def folder(root: Path, name: str, **changes: object) -> Path:
 def test_steps_of_one_run_share_a_key_whatever_their_weights_and_writer(tmp_path: Path) -> None:
     a, b = folder(tmp_path, "step_100"), folder(tmp_path, "step_200", transformers_version="4.1")
     key_a, key_b = swap_key(str(a), ["serve"], {}), swap_key(str(b), ["serve"], {})
-    assert key_a is not None and key_a == key_b and key_a.digest == key_b.digest
+    assert key_a is not None and key_b is not None and key_a == key_b and key_a.digest == key_b.digest
 
 
 @pytest.mark.parametrize(
@@ -158,3 +158,52 @@ def test_turning_swapping_off_does_not_make_a_watcher_evaluate_its_steps_again()
     off = EvalConfig.model_validate({**base, "server": {"swap_weights": False}}).model_dump(mode="json")
     other = EvalConfig.model_validate({**base, "server": {"max_model_len": 4096}}).model_dump(mode="json")
     assert config_key(on) == config_key(off) != config_key(other)
+
+
+def test_any_failure_after_the_reload_restarts_the_server_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload answered 200 by a server that then fails its probe (it died, or answers garbage): the keeper
+    starts a fresh server for the checkpoint instead of letting the evaluation fail or trust it."""
+    import asyncio
+    import contextlib
+
+    import httpx
+
+    from tasks.serving import keeper as keeper_module
+    from tasks.serving.keeper import _Held
+    from tasks.serving.slots import Slot
+
+    a, b = folder(tmp_path, "step_100"), folder(tmp_path, "step_200")
+    cpu = CpuChoice("float32", 0, "test")
+    first = PreparedModel(str(a), "step_100", "fp-a", str(a), "hf")
+    second = PreparedModel(str(b), "step_200", "fp-b", str(b), "hf")
+    held_server = VLLMServer(
+        Runtime("cpu", Path("/rt")), first, ServerConfig(), Path("/tmp/l"), cpu=cpu, swappable=True
+    )
+    monkeypatch.setattr(held_server, "alive", lambda: True)
+    keeper = ServerKeeper()
+    started: list[str] = []
+
+    async def fake_start(self: ServerKeeper, server: VLLMServer, runtime: Runtime, key: object, need: int) -> None:
+        started.append(server.model.path)
+        self.held = _Held(server, Slot("cpu", ("",)), contextlib.AsyncExitStack(), None, server.model.fingerprint, None)
+
+    def dead_probe(*_: object, **__: object) -> proof.Probe:
+        raise httpx.ConnectError("Connection refused")
+
+    monkeypatch.setattr(ServerKeeper, "_start", fake_start)
+    monkeypatch.setattr(keeper_module, "swap_weights", lambda *_: 0.5)
+    monkeypatch.setattr(proof, "run_probe", dead_probe)
+
+    async def go() -> keeper_module.Served:
+        keeper.held = _Held(
+            held_server, Slot("cpu", ("",)), contextlib.AsyncExitStack(), keeper._command_key(held_server), "fp-a",
+            probe(-0.5),
+        )  # fmt: skip
+        return await keeper.serve(Runtime("cpu", Path("/rt")), second, ServerConfig(), Path("/tmp/l"), 1)
+
+    served = asyncio.run(go())
+    assert served.how == "started" and started == [str(b)]
+    assert served.why == "the swap was not proven: Connection refused"
+    assert keeper.swaps == 0
