@@ -16,7 +16,6 @@ writes its book entry. Probes are equal when the tokens are and every logprob is
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -134,7 +133,3 @@ def weights_match(loaded: dict[str, str], expected: dict[str, str]) -> tuple[int
         if digest != expected[name]:
             wrong.append(name)
     return compared, sorted(set(wrong))
-
-
-def dumps(probe: Probe) -> str:
-    return json.dumps(probe.model_dump(), sort_keys=True)
