@@ -8,13 +8,14 @@ SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 RUN := $(UV) run --frozen
 POOL ?= evalflow-cpu
-.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports test test-fast test-e2e test-server lint format clean
+.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports test test-all test-fast test-e2e test-server lint format clean
 
 help:
 	@echo "make demo       - local Prefect server + worker, deploy, run eval/smoke (SmolLM2 on vLLM CPU), print the report"
-	@echo "make test       - lint and run the whole test suite (unit + end-to-end on a real vLLM server)"
-	@echo "make test-fast  - the tests that need no vLLM server (pytest -m 'not e2e')"
-	@echo "make test-e2e   - the end-to-end tests alone, against one shared vLLM server"
+	@echo "make test       - what CI runs: lint, unit and end-to-end tests (real vLLM server), less tests/tiers.py's long ones"
+	@echo "make test-all   - lint and every test, tests/tiers.py's too (about 90 min on 2 cores)"
+	@echo "make test-fast  - the tests that need no vLLM server (pytest -m 'not e2e'); TIER= adds the long ones"
+	@echo "make test-e2e   - the end-to-end tests alone, against one shared vLLM server; TIER= adds the long ones"
 	@echo "make test-server - start the e2e lane's shared vLLM server and print EVALFLOW_TEST_SERVER for test runs"
 	@echo "make demo-local - the same evaluation without a Prefect server (evalflow run)"
 	@echo "make server     - start a local Prefect server (127.0.0.1:4200, home .prefect/) unless one answers"
@@ -75,11 +76,17 @@ lint: sync
 # Two lanes: every test that needs no vLLM server on three workers (one file per worker; measured on
 # 2 cores: 231 s against 242 s with two, since many tests wait on subprocesses and servers), then the
 # end-to-end tests one at a time against the real server (they share one and must not overlap).
-FAST := pytest -x -m "not e2e" -n 3 --dist loadfile --timeout=1800 --durations=30
-E2E := pytest -x -m e2e --timeout=1800 --durations=30
+# CI's tier leaves out the long tests tests/tiers.py lists (marked `full`, each with the test CI keeps for
+# it): `make test` stays near 20 minutes on 2 cores; `make test-all` (TIER empty) runs every test, ~90.
+TIER ?= and not full
+FAST = pytest -x -m "not e2e $(TIER)" -n 3 --dist loadfile --timeout=1800 --durations=30
+E2E = pytest -x -m "e2e $(TIER)" --timeout=1800 --durations=30
 test: runtime browser lint
 	$(RUN) $(FAST)
 	$(RUN) $(E2E)
+
+test-all:
+	$(MAKE) test TIER=
 
 test-fast: runtime browser
 	$(RUN) $(FAST)

@@ -24,6 +24,7 @@ from tasks.checkpoints.prepare import PreparedModel, prepare_model_impl
 from tasks.runtime.venv import ensure_runtime
 from tasks.serving.server import Endpoint, VLLMServer
 from tests.faultproxy import FaultProxy
+from tests.tiers import is_full_only, unmatched
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,27 +32,37 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVER_FIXTURES = {"vllm_server", "endpoint"}
 
 
-# The fast lane's longest files (seconds on 2 cores, measured with --durations=0), handed out first under
-# `--dist loadfile`: the longest-first order keeps a 100 s file from starting last and setting the lane's end.
+# The fast lane's longest files in CI's tier (seconds on 2 cores, from --durations, setup included), handed
+# out first under `--dist loadfile`: the longest-first order keeps a 70 s file from starting last and setting
+# the lane's end.
 LONGEST_FIRST = (
-    "tests/checkpoints/test_ckpt_dcp.py",  # 104
-    "tests/tasks/test_lease_locks.py",  # 48
-    "tests/checkpoints/test_ckpt_bad_sources.py",  # 43
-    "tests/cli/test_local_ops.py",  # 42
-    "tests/checkpoints/test_ckpt_concurrency.py",  # 32
-    "tests/sandbox/test_hostile_unprivileged.py",  # 28
-    "tests/envs/test_humaneval_real.py",  # 25
-    "tests/checkpoints/test_ckpt_s3.py",  # 23
-    "tests/cli/test_run_startup.py",  # 23
+    "tests/checkpoints/test_ckpt_dcp.py",  # 75
+    "tests/checkpoints/test_ckpt_s3.py",  # 70
+    "tests/checkpoints/test_ckpt_bad_sources.py",  # 60
+    "tests/tasks/test_lease_locks.py",  # 50
+    "tests/sandbox/test_hostile_unprivileged.py",  # 39
+    "tests/tasks/test_report_weight.py",  # 38
+    "tests/tasks/test_server_args.py",  # 37
+    "tests/cli/test_compare_command.py",  # 33
+    "tests/envs/test_humaneval_real.py",  # 30
+    "tests/checkpoints/test_ckpt_entry_points.py",  # 30
+    "tests/cli/test_early_errors.py",  # 28
+    "tests/checkpoints/test_ckpt_concurrency.py",  # 27
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Lanes: `-m "not e2e"` runs every test that needs no vLLM server; e2e is marked here, not by hand.
-    The longest files go first (a stable sort: each file's tests keep their order)."""
+    """Lanes: `-m "not e2e"` runs every test that needs no vLLM server; e2e is marked here, not by hand, and
+    so is `full` (tests/tiers.py: what CI leaves to `make test-all`). The longest files go first (a stable sort:
+    each file's tests keep their order)."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+        if is_full_only(item.nodeid):
+            item.add_marker(pytest.mark.full)
+    stale = unmatched([item.nodeid for item in items])
+    if stale:
+        raise pytest.UsageError(f"tests/tiers.py lists tests that no longer exist: {', '.join(stale)}")
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 

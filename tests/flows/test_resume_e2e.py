@@ -63,6 +63,7 @@ def test_sigkill_then_rerun_collects_only_the_missing_batches(
 
     data = config_data(tmp_path / "store", proxy.base_url, endpoint.model)
     data["benchmarks"][0]["limit"] = 12  # 6 batches of 4 rollouts, one at a time
+    data["sampling"]["max_tokens"] = 48  # a batch still takes seconds: time to kill between two
     config = tmp_path / "eval.yaml"
     config.write_text(yaml.safe_dump(data))
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PYTHONPATH": str(REPO_ROOT)}
