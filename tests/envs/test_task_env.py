@@ -321,5 +321,7 @@ def test_a_regex_that_backtracks_forever_fails_the_rollout_not_the_run() -> None
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"regex '\(a\|aa\)\+\$' ran over 2 s on a 61-character text"):
         regex_find("(a|aa)+$", 1, "first", "a" * 60 + "!")
-    assert time.monotonic() - started < REGEX_TIMEOUT_S + 2
+    # unbounded, this regex takes ~fib(60) steps (years): any bound proves the cut, and a generous one does not
+    # fail on a 2-core machine busy with two other test workers
+    assert time.monotonic() - started < REGEX_TIMEOUT_S + 30
     assert regex_find(r"#### (\-?[0-9\.\,]+)", 1, "first", "so #### 1,234.") == "1,234."
