@@ -6,5 +6,8 @@ defaults from `blocks/defaults.yaml`); deployments name a block in `server.block
 
 from blocks.run_store import RunStoreBlock
 from blocks.vllm_server import VLLMServerBlock
+from errors.module_run import refuse_module_run
 
 __all__ = ["RunStoreBlock", "VLLMServerBlock"]
+
+refuse_module_run(__name__)  # `python -m blocks.X` runs nothing: say what to run instead

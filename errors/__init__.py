@@ -59,3 +59,8 @@ class ConfigError(EvalflowError, ValueError):
     """The configuration (a file, an override, a command-line option) cannot be used: the message names the field."""
 
     kind = "config"
+
+
+from errors.module_run import refuse_module_run  # noqa: E402 (it imports the names above)
+
+refuse_module_run(__name__)

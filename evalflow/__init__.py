@@ -27,6 +27,7 @@ from envs.base import (
 )
 from envs.task_kinds import EXTRACTOR_GROUP, SCORER_GROUP, Context, ExtractorKind, ScorerKind, Verdict
 from errors import EvalflowError
+from errors.module_run import refuse_module_run
 
 __all__ = [
     "ENV_API_VERSION",
@@ -48,3 +49,5 @@ __all__ = [
     "Verdict",
     "canonical_json",
 ]
+
+refuse_module_run(__name__)  # `python -m evalflow.X` runs nothing: say what to run instead

@@ -15,3 +15,7 @@ program side). The package imports nothing of evalflow but `errors`. PID 1 and t
 sandbox under `python -I -S`, standard library only; the harness is copied there as `sandbox/harness_*.py`
 beside an empty `sandbox/__init__.py`, so this file imports nothing.
 """
+
+from errors.module_run import refuse_module_run
+
+refuse_module_run(__name__)  # `python -m sandbox.X` runs nothing: say what to run instead
