@@ -55,6 +55,9 @@ class Progress:
         self.interval_s = interval_s
         self.label = label
         self.cached = self.generated = self.errors = self.tokens = 0
+        # batches finished by this run's requests: until one has, the rate counts rollouts that finished
+        # early (a first batch's quick ones) against a pipeline still filling, and an ETA from it misleads
+        self.batches_generated = 0
         self.started = time.monotonic()
         # rollouts counted per open batch, so a retry's kept rollouts and a batch another run finished
         # are counted once
@@ -85,12 +88,14 @@ class Progress:
         self.generated += rollouts
         self.tokens += tokens
         self.errors += errors
+        self.batches_generated += 1
 
     def add_failure(self) -> None:
         self.errors += 1
 
     def batch_done(self, batch_key: str, rollouts: int) -> None:
         """A batch finished: whatever of it was not counted (another run collected it) counts as cached."""
+        self.batches_generated += self._counted.get(batch_key, 0) > 0
         self._top_up(batch_key, rollouts)
         self._counted.pop(batch_key, None)
 
@@ -108,7 +113,12 @@ class Progress:
         rate = self.generated / elapsed if elapsed > 0 else 0.0
         tokens = self.tokens / elapsed if elapsed > 0 else 0.0
         remaining = max(self.total - self.done, 0)
-        eta = str(timedelta(seconds=round(remaining / rate) if remaining else 0)) if rate or not remaining else "?"
+        if not remaining:
+            eta = "0:00:00"
+        elif rate and self.batches_generated:
+            eta = str(timedelta(seconds=round(remaining / rate)))
+        else:
+            eta = "after the first batch"
         return f"{rate:.1f} rollouts/s · {tokens:,.0f} tokens/s · ETA {eta}"
 
     def _percent(self) -> float:

@@ -188,6 +188,9 @@ def test_line_format() -> None:
         progress.add_rollout("k", {"completion_tokens": 50, "error": None})
     progress.add_failure()
     progress.started = time.monotonic() - 100
+    # no ETA until a batch this run generated has finished: the early rate is that of a pipeline filling
+    assert progress.line().endswith("517 tokens/s · ETA after the first batch")
+    progress.batch_done("k", 1034)
     assert re.fullmatch(
         r"collect 1,234/3,200 rollouts \(39%; 200 cached, 1,034 generated, 1 errors\) · 10\.3 rollouts/s · "
         r"517 tokens/s · ETA 0:03:1\d",
