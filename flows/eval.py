@@ -61,7 +61,7 @@ from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.reporting.index import read_entries
-from tasks.reporting.report import format_terminal_summary, report_task, run_record
+from tasks.reporting.report import FINISHED_MARK, format_terminal_summary, report_task, run_record
 from tasks.runtime.venv import runtime_for
 from tasks.serving.managed import Managed, start_managed
 from tasks.serving.sample_settings import samples_fingerprint
@@ -263,9 +263,8 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
             comparison = comparison.model_copy(update={"gate": verdict})
             logger.info("against baseline %s: %s", comparison.baseline_id, describe_gate(verdict))
         urls = report_task(prepared.run_dir, metrics, info, files, store, comparison=comparison)
-    logger.info(
-        "run %s finished; stages: %s\n%s", run_id, json.dumps(stages.seconds), format_terminal_summary(metrics, urls)
-    )
+    summary = format_terminal_summary(metrics, urls)
+    logger.info("run %s%s%s\n%s", run_id, FINISHED_MARK, json.dumps(stages.seconds), summary)
     if status.state == "failed":  # the report says so at its top; the flow run ends Failed
         raise RunFailed(f"run {run_id} failed: {status.reason} (report: {urls['html']})")
     record = run_record(

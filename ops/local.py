@@ -63,10 +63,12 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def prefect_cli(*args: str, capture: bool = False, new_session: bool = False) -> subprocess.CompletedProcess[str]:
-    """Prefect's CLI, from the repo root (where prefect.yaml is) with `child_env()`."""
+def prefect_cli(
+    *args: str, capture: bool = False, new_session: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Prefect's CLI, from the repo root (where prefect.yaml is) with `child_env()` (and `env` over it)."""
     return subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", *args], cwd=REPO_ROOT, env=child_env(),
+        [sys.executable, "-m", "prefect", "--no-prompt", *args], cwd=REPO_ROOT, env={**child_env(), **(env or {})},
         capture_output=capture, text=True, start_new_session=new_session,
     )  # fmt: skip
 
@@ -137,12 +139,29 @@ def blocks(overwrite: bool = False) -> list[str]:
         return save_defaults(overwrite)
 
 
+# what `prefect deploy` says of each deployment it created or updated
+DEPLOYED = re.compile(r"Deployment '([^']+)' successfully (created|updated)")
+
+
 def deploy() -> None:
     """Work pools, blocks, then every deployment in prefect.yaml (`prefect deploy --all`)."""
     pools()
     blocks()
-    if prefect_cli("deploy", "--all").returncode:
-        raise OpsError("`prefect deploy --all` failed (see above)")
+    # Prefect prints a boxed table and hints per deployment: kept in .prefect/deploy.log, folded here to one
+    # line each (wide columns: a wrapped box line would split the name from its id)
+    done = prefect_cli("deploy", "--all", capture=True, env={"COLUMNS": "500"})
+    HOME.mkdir(exist_ok=True)
+    log = HOME / "deploy.log"
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode:
+        print(done.stdout + done.stderr, file=sys.stderr)
+        raise OpsError(f"`prefect deploy --all` failed (its output is above and in {log})")
+    names = DEPLOYED.findall(done.stdout)
+    if not names:  # a Prefect that says it otherwise: show what it said rather than nothing
+        print(done.stdout)
+    for name, how in names:
+        print(f"deployment {name}: {how}")
+    print(f"{len(names)} deployments; Prefect's own output: {log}")
 
 
 def _spawn(name: str, cmd: list[str]) -> int:
@@ -340,8 +359,17 @@ def run(deployment: str, params: list[str], timeout_s: int = 3600) -> int:
         return 1
     url = ui_url(f"/runs/flow-run/{flow_run_id}")
     print(f"flow run UUID: {flow_run_id}\nflow run: {url}", flush=True)
+    from tasks.reporting.report import FINISHED_MARK
+
+    summarised = False  # whether the run's own last log line (its headline table and report) was shown
+
+    def out(line: str) -> None:
+        nonlocal summarised
+        summarised = summarised or FINISHED_MARK in line
+        print(line, flush=True)
+
     try:
-        final = asyncio.run(follow(flow_run_id, timeout_s=timeout_s))
+        final = asyncio.run(follow(flow_run_id, timeout_s=timeout_s, out=out))
     except KeyboardInterrupt:
         print(f"\nstopped following; the run goes on: {url}\ncancel it with `prefect flow-run cancel {flow_run_id}`")
         return 130
@@ -351,7 +379,7 @@ def run(deployment: str, params: list[str], timeout_s: int = 3600) -> int:
         return 1
     _, report = asyncio.run(_outcome(flow_run_id))
     print(f"state: {final.state_name}" + (f" ({state.message})" if not state.is_completed() else ""))
-    table = headline(report) if report else None
+    table = headline(report) if report and not summarised else None
     if table:
         print(table)
     if report:

@@ -180,6 +180,11 @@ def publish_artifacts(
         )
 
 
+# what the eval flow's last log line says before its stage timings and this summary (flows/eval.py): a
+# follower that has shown that line (ops/local.py) does not print the table again
+FINISHED_MARK = " finished; stages: "
+
+
 def format_terminal_summary(metrics: Metrics, urls: dict[str, str]) -> str:
     """A plain-text headline table and the report locations, for the end of a CLI run."""
     run = as_run_metrics(metrics)

@@ -33,6 +33,7 @@ class Deployed:
         self.api, self.store = api, store
         self.env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(home), "EVALFLOW_STORE_URL": str(store)}
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.deploy_output = ""  # what `evalflow local deploy` printed
 
     def call(self, fn: Any) -> Any:
         from prefect.client.orchestration import PrefectClient
@@ -126,6 +127,7 @@ def deployed(
     project.env["EVALFLOW_SLOT_LOCKS"] = str(root / "slot-locks")
     out = project.ops("deploy", timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    project.deploy_output = out.stdout
     for pool, name in (("evalflow-cpu", "cpu-a"), ("evalflow-cpu", "cpu-b"), ("evalflow-gpu", "gpu")):
         project.start_worker(pool, name)
     yield project

@@ -36,6 +36,10 @@ def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: De
 
     names = {"eval/smoke", "eval/qwen3-4b", "eval/nightly-baseline", "eval/baselines", "sweep/temperature"}
     found = {name: deployed.deployment(name) for name in names}
+    # Prefect's boxes and hints folded to a line per deployment (its whole output kept in .prefect/deploy.log)
+    lines = [line for line in deployed.deploy_output.splitlines() if line.startswith("deployment ")]
+    assert names <= {line.removeprefix("deployment ").removesuffix(": created") for line in lines}
+    assert "View Deployment in UI" not in deployed.deploy_output and "╭" not in deployed.deploy_output
     qwen = found["eval/qwen3-4b"].parameters["config"]
     assert qwen["model"]["source"] == "Qwen/Qwen3-4B" and qwen["server"] == {"block": "qwen3-4b-h100"}
     assert qwen["sampling"] == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 4096, "seed": 1234}
@@ -88,6 +92,7 @@ def test_smoke_deployment_run_completes_with_report_and_artifacts(deployed: Depl
     out = deployed.ops("run", "eval/smoke", "--param", f"config={json.dumps(params)}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "state: Completed" in out.stdout
+    assert out.stdout.count("total rollouts: 12") == 1  # the headline table once: the run's own last log line
     report = Path(next(line for line in out.stdout.splitlines() if line.startswith("report: "))[len("report: ") :])
     assert report.is_file() and report.is_relative_to(deployed.store)  # the `runs` store block's folder
     metrics = json.loads((report.parent / "metrics.json").read_text())
