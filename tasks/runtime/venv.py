@@ -144,12 +144,26 @@ def _base_python() -> str:
     raise RuntimeSetupError("no python3.11 interpreter found to create the vLLM runtime")
 
 
-def _pip(rt: Runtime, args: list[str], logfile: Path) -> None:
+# a line this often while pip works: a first install takes minutes with nothing else on the terminal
+NOTE_EVERY_S = 10.0
+
+
+def _pip(rt: Runtime, args: list[str], logfile: Path, started: float | None = None) -> None:
+    """pip in the runtime, its output to `logfile`; a line every NOTE_EVERY_S seconds says it is alive."""
     cmd = [str(rt.python), "-m", "pip", *args]
+    started = time.monotonic() if started is None else started
+    what = " ".join(a for a in args if not a.startswith("-"))
     with logfile.open("a") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=rt.env())
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=rt.env())
+        while True:
+            try:
+                proc.wait(timeout=NOTE_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = round(time.monotonic() - started)
+                log.info("creating the vLLM runtime: pip %s, %d s so far (log: %s)", what, elapsed, logfile)
     if proc.returncode != 0:
         tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-25:])
         raise RuntimeSetupError(f"pip {' '.join(args[:3])} ... failed (exit {proc.returncode}); log {logfile}:\n{tail}")
@@ -171,11 +185,11 @@ def ensure_runtime(flavor: str = "auto", root: Path | None = None) -> Runtime:
             shutil.rmtree(rt.path)  # an interrupted earlier build
         subprocess.run([_base_python(), "-m", "venv", str(rt.path)], check=True)
         logfile = rt.path / "install.log"
-        _pip(rt, ["install", "--quiet", "--upgrade", "pip"], logfile)
-        _pip(rt, ["install", "--quiet", *PACKAGES[rt.flavor]], logfile)
-        _pip(rt, ["install", "--quiet", "--no-deps", *NO_DEPS_PACKAGES], logfile)
+        _pip(rt, ["install", "--quiet", "--upgrade", "pip"], logfile, started)
+        _pip(rt, ["install", "--quiet", *PACKAGES[rt.flavor]], logfile, started)
+        _pip(rt, ["install", "--quiet", "--no-deps", *NO_DEPS_PACKAGES], logfile, started)
         if rt.flavor == "cpu":
-            _pip(rt, ["uninstall", "--yes", *CPU_REMOVE], logfile)
+            _pip(rt, ["uninstall", "--yes", *CPU_REMOVE], logfile, started)
         check = subprocess.run(
             [str(rt.python), "-c", "import vllm, transformers, gguf, safetensors; print(vllm.__version__)"],
             capture_output=True,
