@@ -73,6 +73,14 @@ def _number(value: HeadlineValue) -> float | None:
     return value if isinstance(value, int | float) else None
 
 
+def rate_axis(title: str, values: list[float | None], cis: list[tuple[float | None, float | None]]) -> dict[str, Any]:
+    """A rate axis from 0 to the data's top (values and CI upper bounds) plus 10%, at most 105%: on a fixed
+    0-100% axis a 0.6% bar cannot be seen. Ticks get decimals when the axis is that short."""
+    top = max([v for v in values if v is not None] + [hi for _, hi in cis if hi is not None] + [0.005])
+    tick = ".0%" if top >= 0.1 else ".1%" if top >= 0.01 else ".2%"
+    return {"title": title, "range": [0, min(1.05, top * 1.1)], "tickformat": tick}
+
+
 def headline_charts(metrics: RunMetrics) -> list[Chart]:
     """Rates per benchmark with 95% CIs, and mean reward with its bootstrap CI."""
     rows = headline_rows(metrics)
@@ -89,13 +97,17 @@ def headline_charts(metrics: RunMetrics) -> list[Chart]:
         return (bm.ci.pass_at_k if key == "pass@n" else bm.ci.maj_at_k).get(n)
 
     rates = go.Figure()
+    drawn: list[float | None] = []
+    drawn_cis: list[tuple[float | None, float | None]] = []
     for key in ("accuracy", "pass@1", "pass@n", "maj@n"):
         values = [_number(r.get(key)) for r in rows]
         if all(v is None for v in values):  # maj@n where no environment declares it: no empty series
             continue
         cis = [bounds(interval(benches[str(r["benchmark"])], key, str(r["n"]))) for r in rows]
         rates.add_trace(go.Bar(x=names, y=values, name=key, error_y=error_bars(values, cis)))
-    rates.update_layout(barmode="group", yaxis={"title": "rate", "range": [0, 1.05], "tickformat": ".0%"})
+        drawn += values
+        drawn_cis += cis
+    rates.update_layout(barmode="group", yaxis=rate_axis("rate", drawn, drawn_cis))
     rewards = [_number(r["mean_reward"]) for r in rows]
     reward_cis = [ci if isinstance(ci := r["mean_reward_ci"], tuple) else (None, None) for r in rows]
     reward = go.Figure(go.Bar(x=names, y=rewards, name="mean reward", error_y=error_bars(rewards, reward_cis)))
@@ -213,11 +225,10 @@ def _reasoning_figures(bm: BenchmarkMetrics) -> list[tuple[go.Figure, str, str]]
                 hovertemplate="%{x} reasoning tokens: accuracy %{y:.1%} (%{customdata} rollouts)<extra></extra>",
             )
         )
-        top = max([hi for b in buckets if (hi := bounds(b.ci)[1]) is not None] + [v or 0 for v in values] + [0.05])
         by_length.update_layout(
-            xaxis_title="reasoning tokens (quartiles)", yaxis={"title": "accuracy", "tickformat": ".0%",
-                                                                "range": [0, min(1.05, top * 1.1)]},
-        )  # fmt: skip
+            xaxis_title="reasoning tokens (quartiles)",
+            yaxis=rate_axis("accuracy", values, [bounds(b.ci) for b in buckets]),
+        )
         figures.append((by_length, "accuracy-by-reasoning", "Accuracy by reasoning length (95% CI)"))
     return figures
 

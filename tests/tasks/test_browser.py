@@ -254,6 +254,25 @@ def test_tetris_transcript_shows_calls_results_and_boards(browser: Any, site: di
     page.page.close()
 
 
+def test_at_1400_px_the_browser_shows_a_transcript_beside_a_table_that_does_not_scroll(
+    browser: Any, site: dict[str, Any]
+) -> None:
+    """Opened without a hash, the browser shows the first rollout's transcript beside the table (the right half
+    was empty until a click; the table scrolled sideways in its half) and leaves the URL alone."""
+    page = rollouts_page(browser, site)
+    page.page.set_viewport_size({"width": 1400, "height": 900})
+    table, transcript = (page.page.locator(sel).bounding_box() for sel in (".browser-split .scroll", "#transcript"))
+    assert transcript is not None and table is not None, "the transcript is hidden"
+    assert transcript["x"] >= table["x"] + table["width"] and transcript["width"] > 400  # side by side
+    assert page.page.evaluate("document.querySelector('.browser-split .scroll').scrollWidth") <= table["width"] + 1
+    assert table["width"] + transcript["width"] > 0.9 * 1400 - 48  # the page's width is used
+    assert page.page.locator("#t-title").text_content().startswith("gsm8k · prompt p00 · repeat 0")
+    assert "open=" not in page.page.url  # the first rollout is shown, not opened into the link
+    page.page.screenshot(path=str(ARTIFACTS / "browser-1400.png"))
+    assert page.errors == []
+    page.page.close()
+
+
 def test_report_links_to_the_browser(browser: Any, site: dict[str, Any]) -> None:
     page = Page(browser, Path(site["run-b"]["urls"]["html"]).as_uri())
     page.page.locator("#browser-tetris a").click()

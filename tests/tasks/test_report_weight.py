@@ -27,6 +27,7 @@ from tasks.reporting.charts import (
     headline_charts,
     pass_maj_curve,
     prompt_figure,
+    rate_axis,
 )
 from tasks.reporting.headline import StoredHeadline
 from tasks.reporting.index import index_entry, update_index
@@ -97,6 +98,18 @@ def test_no_maj_series_where_the_environment_declares_none() -> None:
     run = RunMetrics(total_rollouts=12, benchmarks={"tetris": bench([(4, 1)] * 3, maj=False)})
     rates = headline_charts(run)[0].html
     assert '"name":"maj@n"' not in rates.replace(" ", "") and '"name":"pass@n"' in rates.replace(" ", "")
+
+
+def test_rate_axes_reach_the_data_not_100_percent() -> None:
+    """A 0.6% bar on a 0-100% axis cannot be seen: the axis ends 10% above the highest value or CI bound."""
+    run = RunMetrics(total_rollouts=12, benchmarks={"tetris": bench([(4, 1)] * 3, maj=False)})
+    rates = headline_charts(run)[0].html.replace(" ", "")
+    assert '"range":[0,0.44000000000000006]' in rates and '"tickformat":".0%"' in rates  # pass@n 0.4 on top
+    assert rate_axis("rate", [0.006, None], [(0.002, 0.011)]) == {
+        "title": "rate", "range": [0, pytest.approx(0.0121)], "tickformat": ".1%",
+    }  # fmt: skip
+    assert rate_axis("rate", [0.001], [(None, None)])["tickformat"] == ".2%"
+    assert rate_axis("rate", [0.98], [(0.95, 1.0)])["range"] == [0, 1.05]  # never past 105%
 
 
 def trend_point(run_id: str, finished: str) -> tuple[StoredEntry, StoredHeadline]:

@@ -124,7 +124,7 @@
     });
     return box;
   }
-  function open(r) {
+  function open(r, quiet) {  // quiet: shown without being written into the URL (the page's first view)
     current = r;
     $('t-title').textContent = data.benchmarks[r.b] + ' · prompt ' + r.p + ' · repeat ' + r.r + ' · ' + r.o + ' · reward ' + r.w;
     $('t-meta').textContent = 'answer ' + (r.a === null ? '–' : r.a) + ' · reference ' + (r.ref === null ? '–' : r.ref) +
@@ -144,7 +144,7 @@
     }
     $('transcript').hidden = false;
     draw();
-    writeHash();
+    if (!quiet) writeHash();
   }
 
   body.addEventListener('click', function (ev) {
@@ -156,8 +156,7 @@
   [f.b, f.o, f.sort, f.desc].forEach(function (e) { e.addEventListener('change', apply); });
   var wanted = readHash();
   apply();
-  if (wanted) {
-    var hit = wanted === 'first' ? shown[0] : rows.filter(function (r) { return key(r) === wanted; })[0];
-    if (hit) open(hit);
-  }
+  var hit = wanted === 'first' ? shown[0] : wanted ? rows.filter(function (r) { return key(r) === wanted; })[0] : null;
+  if (hit) open(hit);
+  else if (shown.length) open(shown[0], true);  // a transcript from the start: the page's right half is not empty
 })();
