@@ -44,7 +44,6 @@ LONGEST_FIRST = (
     "tests/tasks/test_report_weight.py",  # 38
     "tests/tasks/test_server_args.py",  # 37
     "tests/cli/test_compare_command.py",  # 33
-    "tests/envs/test_humaneval_real.py",  # 30
     "tests/checkpoints/test_ckpt_entry_points.py",  # 30
     "tests/cli/test_early_errors.py",  # 28
     "tests/checkpoints/test_ckpt_concurrency.py",  # 27
