@@ -139,8 +139,8 @@ def blocks(overwrite: bool = False) -> list[str]:
         return save_defaults(overwrite)
 
 
-# what `prefect deploy` says of each deployment it created or updated
-DEPLOYED = re.compile(r"Deployment '([^']+)' successfully (created|updated)")
+# what `prefect deploy` says of each deployment (`created` whether it is new or updated)
+DEPLOYED = re.compile(r"Deployment '([^']+)' successfully created")
 
 
 def deploy() -> None:
@@ -159,8 +159,8 @@ def deploy() -> None:
     names = DEPLOYED.findall(done.stdout)
     if not names:  # a Prefect that says it otherwise: show what it said rather than nothing
         print(done.stdout)
-    for name, how in names:
-        print(f"deployment {name}: {how}")
+    for name in names:
+        print(f"deployment {name}: created")
     print(f"{len(names)} deployments; Prefect's own output: {log}")
 
 
