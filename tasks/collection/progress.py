@@ -55,8 +55,9 @@ class Progress:
         self.interval_s = interval_s
         self.label = label
         self.cached = self.generated = self.errors = self.tokens = 0
-        # batches finished by this run's requests: until one has, the rate counts rollouts that finished
-        # early (a first batch's quick ones) against a pipeline still filling, and an ETA from it misleads
+        # batches finished by this run's requests: until one has (or a tenth of the rollouts to generate is
+        # done, for a run of one big batch), the rate counts rollouts that finished early against a pipeline
+        # still filling, and an ETA from it misleads
         self.batches_generated = 0
         self.started = time.monotonic()
         # rollouts counted per open batch, so a retry's kept rollouts and a batch another run finished
@@ -115,7 +116,7 @@ class Progress:
         remaining = max(self.total - self.done, 0)
         if not remaining:
             eta = "0:00:00"
-        elif rate and self.batches_generated:
+        elif rate and (self.batches_generated or self.generated >= 0.1 * max(self.total - self.cached, 1)):
             eta = str(timedelta(seconds=round(remaining / rate)))
         else:
             eta = "after the first batch"

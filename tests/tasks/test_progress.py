@@ -188,9 +188,16 @@ def test_line_format() -> None:
         progress.add_rollout("k", {"completion_tokens": 50, "error": None})
     progress.add_failure()
     progress.started = time.monotonic() - 100
-    # no ETA until a batch this run generated has finished: the early rate is that of a pipeline filling
-    assert progress.line().endswith("517 tokens/s · ETA after the first batch")
-    progress.batch_done("k", 1034)
+    # no ETA until a batch this run generated has finished, or a tenth of what it generates is done: the early
+    # rate is that of a pipeline filling
+    early = Progress(3200)
+    for _ in range(319):
+        early.add_rollout("k", {"completion_tokens": 50, "error": None})
+    assert early.line().endswith("ETA after the first batch")
+    early.add_rollout("k", {"completion_tokens": 50, "error": None})  # 320 of 3200: a tenth
+    assert "ETA after" not in early.line()
+    early.batch_done("k", 320)
+    assert early.batches_generated == 1
     assert re.fullmatch(
         r"collect 1,234/3,200 rollouts \(39%; 200 cached, 1,034 generated, 1 errors\) · 10\.3 rollouts/s · "
         r"517 tokens/s · ETA 0:03:1\d",
