@@ -5,6 +5,10 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
+# evalflow starts many Python processes (the Prefect server, workers, flow runs, tests' subprocesses): where
+# the environment forbids writing bytecode, each one compiles every module it imports again (importing the
+# eval flow: 9.5 s against 5.1 s with bytecode, 2-core EPYC). The project's own .venv and checkout may keep it.
+unexport PYTHONDONTWRITEBYTECODE
 UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 RUN := $(UV) run --frozen
 POOL ?= evalflow-cpu

@@ -235,6 +235,7 @@ def test_bad_parameters_fail_before_any_server_naming_the_field(deployed: Deploy
 def test_sweep_runs_each_point_through_the_deployment_converting_once(deployed: Deployed, tmp_path: Path) -> None:
     """Two points (the 2 x 2 grid's expansion is tests/flows/test_sweep.py's): each a child flow run of
     eval/smoke with its own managed server; the model is converted once, by the sweep."""
+    deployed.second_cpu_worker()  # the points may run on either worker
     params = deployed.params("sweep/temperature")
     config = params["config"]
     config["model"]["cache_dir"] = str(tmp_path / "checkpoints")  # a fresh conversion cache

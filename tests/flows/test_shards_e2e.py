@@ -57,6 +57,7 @@ def cached_keys(store: Store) -> set[str]:
 
 
 def test_a_two_shard_run_survives_a_killed_shard_and_equals_an_unsharded_run(deployed: Deployed, s3_url: str) -> None:
+    deployed.second_cpu_worker()
     config = smoke_config(deployed, s3_url, "sharded", shards=2, shard_retries=1)
     store = store_of(s3_url, "sharded")
     smoke = deployed.deployment("eval/smoke").id
@@ -128,6 +129,7 @@ def server_window(project: Deployed, flow_run_id: Any, stopped: datetime | None 
 
 
 def test_cancelling_a_sharded_run_cancels_its_shards(deployed: Deployed, s3_url: str) -> None:
+    deployed.second_cpu_worker()
     from prefect.states import Cancelling
 
     config = smoke_config(deployed, s3_url, "cancelled", shards=2)
