@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from core import metrics_doc
 from core.metrics_doc import BenchmarkMetrics, EnvMetric, Interval, RunMetrics
 from tasks.reporting.format import fmt_ci, fmt_num, fmt_rate
-from tasks.reporting.parts import Table
+from tasks.reporting.parts import Section, Table
 
 Metrics = metrics_doc.RunMetrics | Mapping[str, Any]
 
@@ -29,7 +29,7 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("rollouts", "rollouts", fmt_num),
     ("n", "n", fmt_num),
     ("accuracy", "accuracy", fmt_rate),
-    ("accuracy_ci", "accuracy 95% CI (clustered by prompt)", lambda ci: fmt_ci(*ci)),
+    ("accuracy_ci", "accuracy 95% CI", lambda ci: fmt_ci(*ci)),  # clustered by prompt: CI_NOTE
     ("stderr", "stderr", lambda se: fmt_num(se, 4)),
     ("pass@1", "pass@1", fmt_rate),
     ("pass@n", "pass@n", fmt_rate),
@@ -40,6 +40,7 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("error_rate", "errors", fmt_rate),
 ]
 ENV_COLUMNS_AFTER = "maj@n"
+CI_NOTE = "Confidence intervals are clustered by prompt: the repeats of one prompt are not independent draws."
 _CORE_KEYS = {key for key, _, _ in _COLUMNS}
 
 
@@ -129,9 +130,28 @@ def headline_rows(metrics: Metrics) -> list[HeadlineRow]:
 
 
 def headline_table(metrics: Metrics) -> Table:
+    """The columns every benchmark has, one row per benchmark; the environments' own headline metrics are
+    `benchmark_metrics_section`'s rows, so the table keeps its width however many environments a run has (their
+    union as columns made 18-22 columns, 1,700-2,400 px wide)."""
     run = as_run_metrics(metrics)
-    columns = _columns(run)
-    return Table([label for _, label, _ in columns], [[f(r[k]) for k, _, f in columns] for r in headline_rows(run)])
+    columns = [c for c in _columns(run) if c[0] in _CORE_KEYS]
+    rows = [[f(r[k]) for k, _, f in columns] for r in headline_rows(run)]
+    return Table([label for _, label, _ in columns], rows, note=CI_NOTE if rows else "")
+
+
+BENCHMARK_METRICS_TITLE = "Benchmark metrics"
+
+
+def benchmark_metrics_section(metrics: Metrics) -> Section | None:
+    """Each benchmark's own headline metrics (its environment's declarations), one row per metric; None
+    when no benchmark declares any."""
+    run = as_run_metrics(metrics)
+    rows = [
+        [name, metric.label, format_env_value(metric)]
+        for name, bm in run.benchmarks.items()
+        for metric in filter(_is_headline, bm.env_metrics)
+    ]
+    return Section(BENCHMARK_METRICS_TITLE, Table(["benchmark", "metric", "value"], rows)) if rows else None
 
 
 def headline_records(metrics: Metrics) -> list[HeadlineRecord]:

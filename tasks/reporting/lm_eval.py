@@ -87,7 +87,7 @@ def lm_eval_table(metrics: RunMetrics, run_info: RunInfo) -> Table | None:
             rows.append([key, _setting(record, env), name, _fmt(value), _fmt(stderr), f"{n:,}"])
     if not rows:
         return None
-    note = "lm-evaluation-harness's metric names and definitions; see README, Baselines"
+    note = "lm-evaluation-harness's metric names and definitions (docs/guides/baselines.md)"
     if cut:  # lm-eval's think_end_token keeps a completion without the end tag whole: its thinking is scored
         note += (
             f". Rollouts truncated while reasoning ({', '.join(cut)}) are scored here as lm-eval scores them "

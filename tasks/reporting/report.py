@@ -28,7 +28,13 @@ from tasks.reporting.assets import plotly_script, self_contained_by_config
 from tasks.reporting.browser import load_rollouts, write_browser
 from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import browser_url, slug
-from tasks.reporting.headline import Metrics, as_run_metrics, headline_records, headline_table
+from tasks.reporting.headline import (
+    Metrics,
+    as_run_metrics,
+    benchmark_metrics_section,
+    headline_records,
+    headline_table,
+)
 from tasks.reporting.index import index_entry, update_index
 from tasks.reporting.parts import Link, Section, Table, text_lines
 from tasks.reporting.render import render_html, render_markdown
@@ -91,6 +97,7 @@ class ArtifactView:
     title: str
     comparison: ComparisonView | None
     headline: Table
+    benchmark_metrics: Section | None
     lm_eval: Section | None
     links: list[Link]
     metrics_url: str
@@ -107,6 +114,7 @@ def artifact_markdown(
         title=report_title(run_info),
         comparison=comparison_view(comparison) if comparison else None,
         headline=headline_table(metrics),
+        benchmark_metrics=benchmark_metrics_section(metrics),
         lm_eval=lm_eval_section(as_run_metrics(metrics), run_info),
         links=links,
         metrics_url=urls["metrics"],
@@ -189,6 +197,8 @@ def format_terminal_summary(metrics: Metrics, urls: dict[str, str]) -> str:
     """A plain-text headline table and the report locations, for the end of a CLI run."""
     run = as_run_metrics(metrics)
     lines = text_lines(headline_table(run))
+    if (section := benchmark_metrics_section(run)) is not None:
+        lines += ["", *text_lines(section.table)]
     if not run.benchmarks:
         lines.append("(no rollouts)")
     lines.append(f"total rollouts: {run.total_rollouts:,}")

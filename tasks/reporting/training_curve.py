@@ -28,8 +28,9 @@ from core.store import Store, StoreError
 from tasks.analysis.compare import compare_benchmark, load_run_record
 from tasks.analysis.stats import CI_LEVEL
 from tasks.reporting.assets import plotly_script
-from tasks.reporting.charts import chart
+from tasks.reporting.charts import chart, rate_axis
 from tasks.reporting.format import NONE, browser_url, fmt_ci, fmt_delta, fmt_num, fmt_rate, relative_link, slug
+from tasks.reporting.headline import bounds
 from tasks.reporting.index import read_entries
 from tasks.reporting.index_page import TRAINING_DIR, best_step, step_runs, training_page
 from tasks.reporting.parts import Chart, Table
@@ -220,7 +221,8 @@ def curve_charts(points: list[CurvePoint], name: str, index: int, best: int | No
         )
     # drawn last, on top: pass@1 equals it when no rollout errored
     _series(rates, steps, [bm.accuracy for _, bm in mine], "accuracy", "accuracy %{y:.2%}<extra></extra>", _MAIN)
-    rates.update_layout(yaxis={"title": "rate", "range": [0, 1.05], "tickformat": ".0%"})
+    drawn = [bm.accuracy for _, bm in mine] + [bm.pass_at_k.get(k) for k in _ks(points, name) for _, bm in mine]
+    rates.update_layout(yaxis=rate_axis("rate", drawn, [bounds(bm.ci.accuracy) for _, bm in mine]))
     reward = go.Figure()
     _band(reward, steps, [bm.ci.mean_reward for _, bm in mine], "95% CI (bootstrap over prompts)")
     _series(

@@ -19,7 +19,7 @@ from tasks.reporting.browser import BrowserView, browser_view
 from tasks.reporting.charts import benchmark_charts, headline_charts
 from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import slug
-from tasks.reporting.headline import headline_table
+from tasks.reporting.headline import benchmark_metrics_section, headline_table
 from tasks.reporting.lm_eval import TITLE as LM_EVAL_TITLE
 from tasks.reporting.lm_eval import benchmark_envs, lm_eval_table
 from tasks.reporting.parts import Chart, Section, Table
@@ -48,6 +48,7 @@ class ReportView:
     status: str | None  # why the run is not complete (failed / rollouts missing); None when it is
     comparison: ComparisonView | None
     headline: Table
+    benchmark_metrics: Section | None  # each benchmark's own headline metrics, one row per metric
     lm_eval: Section | None  # the scores under lm-eval's metric names, for benchmarks that declare them
     headline_charts: list[Chart]
     empty: bool  # no rollouts at all
@@ -126,6 +127,7 @@ def report_view(
         status=status_banner(run_info),
         comparison=comparison_view(comparison) if comparison else None,
         headline=headline_table(metrics),
+        benchmark_metrics=benchmark_metrics_section(metrics),
         lm_eval=lm_eval_section(metrics, run_info),
         headline_charts=headline_charts(metrics),
         empty=not metrics.benchmarks,
