@@ -24,9 +24,18 @@ def server() -> None:
 
 
 @app.command()
-def deploy() -> None:
-    """Create the work pools, save the blocks, and deploy everything in prefect.yaml (`prefect deploy --all`)."""
-    ops.deploy()
+def deploy(
+    force: Annotated[
+        bool, typer.Option("--force", help="deploy even if nothing changed since the last deploy to this server")
+    ] = False,
+) -> None:
+    """Create the work pools, save the blocks, and deploy everything in prefect.yaml (`prefect deploy --all`).
+
+    Skipped when this server has every deployment and prefect.yaml and the code they are made from are unchanged
+    since the last deploy from this checkout."""
+    from ops.deploy import deploy as deploy_all
+
+    deploy_all(force)
 
 
 @app.command()
@@ -90,4 +99,6 @@ def demo() -> None:
     Starts the server, creates the work pools, saves the blocks, deploys prefect.yaml and starts a CPU
     worker first, each only if missing. `evalflow local stop` stops the server and workers.
     """
-    raise typer.Exit(ops.demo())
+    from ops.deploy import demo as run_demo
+
+    raise typer.Exit(run_demo())

@@ -119,9 +119,20 @@ def server(timeout_s: int = 180) -> None:
     print(f"Prefect server: {ui_url()} (started in {time.monotonic() - started:.0f} s, home {HOME})")
 
 
+async def _existing_pools() -> set[str]:
+    from prefect.client.orchestration import PrefectClient
+
+    async with PrefectClient(api_url()) as client:
+        return {pool.name for pool in await client.read_work_pools()}
+
+
 def pools() -> None:
     """The process work pools the deployments name (an existing pool is kept as configured)."""
+    existing = asyncio.run(_existing_pools())  # one API call instead of a Prefect CLI process per pool
     for pool in POOLS:
+        if pool in existing:
+            print(f"work pool {pool}: exists")
+            continue
         out = prefect_cli("work-pool", "create", pool, "--type", "process", capture=True)
         text = " ".join((out.stdout + out.stderr).split())  # Rich wraps lines at the terminal width
         if out.returncode and "already exists" not in text:
@@ -137,31 +148,6 @@ def blocks(overwrite: bool = False) -> list[str]:
 
     with temporary_settings(updates={PREFECT_API_URL: api_url()}):
         return save_defaults(overwrite)
-
-
-# what `prefect deploy` says of each deployment (`created` whether it is new or updated)
-DEPLOYED = re.compile(r"Deployment '([^']+)' successfully created")
-
-
-def deploy() -> None:
-    """Work pools, blocks, then every deployment in prefect.yaml (`prefect deploy --all`)."""
-    pools()
-    blocks()
-    # Prefect prints a boxed table and hints per deployment: kept in .prefect/deploy.log, folded here to one
-    # line each (wide columns: a wrapped box line would split the name from its id)
-    done = prefect_cli("deploy", "--all", capture=True, env={"COLUMNS": "500"})
-    HOME.mkdir(exist_ok=True)
-    log = HOME / "deploy.log"
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode:
-        print(done.stdout + done.stderr, file=sys.stderr)
-        raise OpsError(f"`prefect deploy --all` failed (its output is above and in {log})")
-    names = DEPLOYED.findall(done.stdout)
-    if not names:  # a Prefect that says it otherwise: show what it said rather than nothing
-        print(done.stdout)
-    for name in names:
-        print(f"deployment {name}: created")
-    print(f"{len(names)} deployments; Prefect's own output: {log}")
 
 
 def _spawn(name: str, cmd: list[str]) -> int:
@@ -414,11 +400,3 @@ def stop() -> None:
 def stop_server() -> None:
     """Stop the server started here (not the workers)."""
     _stop(HOME / "server.pid")
-
-
-def demo() -> int:
-    """Everything for the smoke deployment: server, work pools, blocks, deployments, a CPU worker, a run."""
-    server()
-    deploy()
-    worker("evalflow-cpu")
-    return run(SMOKE, [])

@@ -40,6 +40,8 @@ def test_deploy_registers_every_deployment_with_blocks_and_schedule(deployed: De
     lines = [line for line in deployed.deploy_output.splitlines() if line.startswith("deployment ")]
     assert names <= {line.removeprefix("deployment ").removesuffix(": created") for line in lines}
     assert "View Deployment in UI" not in deployed.deploy_output and "╭" not in deployed.deploy_output
+    again = deployed.ops("deploy")  # nothing changed: the server has them all, Prefect's deploy is not run again
+    assert again.returncode == 0 and f"{len(lines)} deployments: unchanged since the last deploy" in again.stdout
     qwen = found["eval/qwen3-4b"].parameters["config"]
     assert qwen["model"]["source"] == "Qwen/Qwen3-4B" and qwen["server"] == {"block": "qwen3-4b-h100"}
     assert qwen["sampling"] == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 4096, "seed": 1234}
