@@ -36,6 +36,7 @@ SERVER_FIXTURES = {"vllm_server", "endpoint"}
 # out first under `--dist loadfile`: the longest-first order keeps a 70 s file from starting last and setting
 # the lane's end.
 LONGEST_FIRST = (
+    "tests/checkpoints/test_ckpt_entry_points.py",  # 130
     "tests/checkpoints/test_ckpt_dcp.py",  # 75
     "tests/checkpoints/test_ckpt_s3.py",  # 70
     "tests/checkpoints/test_ckpt_bad_sources.py",  # 60
@@ -44,14 +45,13 @@ LONGEST_FIRST = (
     "tests/tasks/test_report_weight.py",  # 38
     "tests/tasks/test_server_args.py",  # 37
     "tests/cli/test_compare_command.py",  # 33
-    "tests/checkpoints/test_ckpt_entry_points.py",  # 30
     "tests/cli/test_early_errors.py",  # 28
     "tests/checkpoints/test_ckpt_concurrency.py",  # 27
 )
 
 
-# The files that use the deployed cluster (tests/flows/conftest.py): its three workers poll the API every second
-# from its first use to the session's end, so the e2e lane runs them last, not beside every other test.
+# The files that use the deployed cluster (tests/flows/conftest.py): its workers poll the API every second from
+# its first use to the session's end, so the e2e lane runs them last, not beside every other test.
 LAST = ("tests/flows/test_deployments_e2e.py", "tests/flows/test_shards_e2e.py")
 
 

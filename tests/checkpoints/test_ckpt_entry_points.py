@@ -147,7 +147,8 @@ def test_a_conversion_that_writes_nothing_is_not_published(
     assert [p.name for p in cache.iterdir() if not p.name.startswith(".")] == []
 
 
-@pytest.mark.e2e  # two real conversions (~20 s each) and a temporary Prefect API: the slow lane
+# two real conversions (~20 s each) and a temporary Prefect API, but no vLLM server: in the fast lane, handed out
+# first (tests/conftest.py LONGEST_FIRST), its waits overlap the other workers' tests
 def test_relative_paths_from_another_directory_convert_and_fail_in_one_line(
     default_gguf: Path, dcp_nemo: Path, elsewhere: Path
 ) -> None:
