@@ -16,6 +16,9 @@ from errors import EvalflowError
 
 
 class RescoreError(EvalflowError, ValueError):
+    """The run to rescore is not in the store (`--store` names the right one), or a batch of it has no cached
+    completions to rescore; the message says which."""
+
     kind = "config"
 
 
