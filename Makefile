@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
 RUN := $(UV) run --frozen
 POOL ?= evalflow-cpu
-.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports test test-all test-fast test-e2e test-server lint format clean
+.PHONY: help uv sync runtime browser demo demo-local server deploy blocks worker stop reports docs docs-serve screenshots test test-all test-fast test-e2e test-server lint format clean
 
 help:
 	@echo "make demo       - local Prefect server + worker, deploy, run eval/smoke (SmolLM2 on vLLM CPU), print the report"
@@ -28,6 +28,9 @@ help:
 	@echo "make worker     - start a process worker for POOL (default evalflow-cpu; evalflow-gpu on GPU nodes)"
 	@echo "make stop       - stop the workers and the server started here"
 	@echo "make reports    - serve reports/ (index and every run's report) on http://127.0.0.1:8000"
+	@echo "make docs       - build the documentation site (MkDocs, strict: a broken link or reference fails) into site/"
+	@echo "make docs-serve - serve the documentation on http://127.0.0.1:8001, rebuilt on every change"
+	@echo "make screenshots - rerun a small real evaluation and retake docs/images/ with headless Chromium (~5 min)"
 	@echo "make lint       - ruff check, ruff format check, import-layer contracts (lint-imports), types (basedpyright)"
 	@echo "Everything else: $(RUN) evalflow --help"
 
@@ -70,6 +73,15 @@ stop:
 
 reports: sync
 	$(RUN) evalflow reports serve --store reports
+
+docs: sync
+	NO_MKDOCS_2_WARNING=1 $(RUN) mkdocs build --strict --site-dir site
+
+docs-serve: sync
+	NO_MKDOCS_2_WARNING=1 $(RUN) mkdocs serve --dev-addr 127.0.0.1:8001
+
+screenshots: runtime browser
+	$(RUN) python scripts/docs_screenshots.py
 
 lint: sync
 	$(RUN) ruff check .

@@ -149,10 +149,10 @@ def test_the_readme_walk_through_and_gate_example_run(store: Path, tmp_path: Pat
     import yaml
 
     from core.config import EvalConfig
-    from tests.examples.test_readme_own_benchmark_e2e import README, walk_through
+    from tests.examples.test_readme_own_benchmark_e2e import DOCS, walk_through
 
-    heading = "## Comparing runs: paired, flips and a gate"
-    lines = walk_through(heading)
+    page = DOCS / "guides" / "comparing-runs.md"
+    lines = walk_through(page)
     assert len(lines) == 4 and all(line.startswith("uv run evalflow compare RUN_ID") for line in lines)
     for line in lines:
         words = line.replace("RUN_ID", "night-3").replace("BASELINE_ID", "night-1").split()[3:]
@@ -162,7 +162,7 @@ def test_the_readme_walk_through_and_gate_example_run(store: Path, tmp_path: Pat
             assert json.loads(out.stdout)["gate"]["passed"] is False
         else:
             assert out.stdout.splitlines()[-1].startswith("gate FAILED"), line
-    section = README.read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+    section = page.read_text()
     example = re.search(r"^```yaml\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
     assert example is not None
     gate = EvalConfig.model_validate(yaml.safe_load(example.group(1))).gate

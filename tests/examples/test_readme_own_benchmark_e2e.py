@@ -29,8 +29,8 @@ from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
 
-README = REPO_ROOT / "README.md"
-SECTION, WALK_THROUGH = "## Your own benchmark", "### Walk-through"
+DOCS = REPO_ROOT / "docs"
+PAGE, WALK_THROUGH = DOCS / "guides" / "own-benchmark.md", "## Walk-through"
 PLUGIN = "examples/plugin"
 PLUGIN_ENV = "echo_words"
 # rows per benchmark at test scale; the shop's episodes (up to 6 turns of 96 tokens) are the slowest
@@ -41,14 +41,12 @@ EXPECTED_RUNS = {"examples/configs/science_mc.yaml", "examples/configs/shop.yaml
 RESCORED_CONFIG = "examples/configs/science_mc.yaml"  # RUN_ID in `evalflow rescore RUN_ID`: this config's run
 
 
-def walk_through(heading: str = SECTION, sub: str = WALK_THROUGH) -> list[str]:
-    """The command lines of the first ```bash block under `sub` in the README's `heading` section (comments and
-    blank lines dropped, `#` comments cut)."""
-    text = README.read_text()
-    assert heading + "\n" in text, f"README.md has no {heading!r} section"
-    section = text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
-    assert sub + "\n" in section, f"{heading!r} has no {sub!r}"
-    after = section.split(sub + "\n", 1)[1]
+def walk_through(page: Path = PAGE, sub: str = WALK_THROUGH) -> list[str]:
+    """The command lines of the first ```bash block under the heading `sub` (a whole line) of the docs page `page`
+    (comments and blank lines dropped, `#` comments cut)."""
+    heading = re.search(rf"^{re.escape(sub)}\n", page.read_text(), flags=re.MULTILINE)
+    assert heading, f"{page.relative_to(REPO_ROOT)} has no {sub!r} heading"
+    after = page.read_text()[heading.end() :]
     block = re.search(r"^```bash\n(.*?)^```", after, flags=re.MULTILINE | re.DOTALL)
     assert block, f"no ```bash block under {sub!r}"
     lines = [" ".join(shlex.split(line, comments=True)) for line in block.group(1).splitlines()]

@@ -115,7 +115,7 @@ def test_a_training_run_on_s3_is_evaluated_step_by_step_as_the_readme_says(
     smollm2: PreparedModel,
     tmp_path: Path,
 ) -> None:
-    lines = walk_through("## Training runs", "### Walk-through")
+    lines = walk_through(REPO_ROOT / "docs" / "guides" / "training-runs.md", "## Walk-through")
     assert [shlex.split(line)[3] for line in lines] == ["watch", "watch", "watch", "local", "notify"], lines
     polling, once, deploy, worker, notify = lines
     assert "--once" in once and "--deploy" in deploy and "worker" in worker
