@@ -4,10 +4,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from tasks.collection import concurrency
 from tasks.collection.concurrency import AdaptiveLimiter, Limiter, make_limiter
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock jumps to the next timer whenever nothing is ready: a simulated server's
+    latencies take no wall time, and no other process on the machine can change what the limiter measures
+    (under load, real sleeps once made 128 in flight look slower than 64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._virtual_now = 0.0
+
+    def time(self) -> float:
+        return self._virtual_now
+
+    def _run_once(self) -> None:
+        ready: Any = getattr(self, "_ready")  # noqa: B009 (CPython's loop internals: the ready queue and timer heap)
+        scheduled: Any = getattr(self, "_scheduled")  # noqa: B009
+        if not ready and scheduled:
+            self._virtual_now = max(self._virtual_now, scheduled[0].when())
+        super()._run_once()  # pyright: ignore[reportAttributeAccessIssue]  # the loop's own step, after the jump
 
 
 def test_fixed_limiter_caps_requests_in_flight() -> None:
@@ -99,7 +122,14 @@ def simulate(
         await asyncio.gather(*(request() for _ in range(requests)))
         return limiter
 
-    return asyncio.run(main())
+    loop = VirtualTimeLoop()
+    clock = SimpleNamespace(monotonic=loop.time)  # the limiter's time.monotonic, on the loop's virtual clock
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(concurrency, "time", clock)
+        try:
+            return loop.run_until_complete(main())
+        finally:
+            loop.close()
 
 
 def test_adaptive_limiter_climbs_to_the_fastest_level_and_stays() -> None:
