@@ -38,6 +38,7 @@ PORT = int(os.environ.get("EVALFLOW_PREFECT_PORT", "4200"))
 POOLS = ("evalflow-cpu", "evalflow-gpu")
 DEFAULT_API = f"http://127.0.0.1:{PORT}/api"
 SMOKE = "eval/smoke"
+WORKER_QUERY_S = "2"  # a local worker's poll for new runs: one light API call, and a run starts within 2 s
 WAITING_HINT_S = 60.0  # a run still scheduled this long after it was created: say that it waits for a worker
 
 
@@ -150,12 +151,12 @@ def blocks(overwrite: bool = False) -> list[str]:
         return save_defaults(overwrite)
 
 
-def _spawn(name: str, cmd: list[str]) -> int:
+def _spawn(name: str, cmd: list[str], env: dict[str, str] | None = None) -> int:
     """Start a long-running process in its own session, output to .prefect/<name>.log."""
     HOME.mkdir(exist_ok=True)
     with (HOME / f"{name}.log").open("ab") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**child_env(), **(env or {})}, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     (HOME / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
 
@@ -194,7 +195,9 @@ def worker(pool: str = "evalflow-cpu") -> None:
     if pid:
         print(f"worker for {pool}: running (pid {pid})")
         return
-    pid = _spawn(name, [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
+    # a run is picked up within WORKER_QUERY_S of its creation (Prefect's default: 10 s)
+    query = {"PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", WORKER_QUERY_S)}
+    pid = _spawn(name, [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"], query)
     print(f"worker for {pool}: started (pid {pid}, log {HOME / name}.log)")
 
 

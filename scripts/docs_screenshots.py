@@ -7,7 +7,8 @@ takes 1400-px pictures of the last step's report, its rollout browser, the train
 page of its flow run, written to docs/images/. Everything else lives in a temporary folder, removed at the end.
 
     uv run python scripts/docs_screenshots.py                 # ~5 min on 2 cores
-    uv run python scripts/docs_screenshots.py --site OUT      # also the built docs' home page and one guide
+    uv run python scripts/docs_screenshots.py --site site     # also the built docs' home page and one guide
+    uv run python scripts/docs_screenshots.py --site site --no-eval   # only those two (test-artifacts/)
 
 Rerun it after a change to the reports; never edit the pictures by hand.
 """
@@ -149,14 +150,27 @@ def shoot(pages: dict[str, str], out: Path, full_page: bool = False) -> None:
         browser.close()
 
 
+def _site(site: Path | None) -> None:
+    """The built docs' home page and one guide, into test-artifacts/ (for notes and reviews, not the docs)."""
+    if site is None:
+        raise SystemExit("--no-eval needs --site (a folder `make docs` built)")
+    site = site.resolve()
+    shoot({"docs-home.png": (site / "index.html").as_uri(),
+           "docs-guide.png": (site / "guides" / "training-runs" / "index.html").as_uri()},
+          REPO / "test-artifacts")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "images", help="where the pictures go")
     parser.add_argument("--site", type=Path, default=None, help="also shoot the built docs' home and a guide here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (reports, logs)")
+    parser.add_argument("--no-eval", action="store_true", help="no evaluation, no docs/images: only --site's pages")
     args = parser.parse_args()
     if not CHROMIUM.exists():
         raise SystemExit(f"headless pictures need Debian's chromium at {CHROMIUM}")
+    if args.no_eval:
+        return _site(args.site)
     out = args.out.resolve()
     work = Path(tempfile.mkdtemp(prefix="evalflow-docs-"))
     try:
@@ -183,10 +197,7 @@ def main() -> None:
                 out,
             )
         if args.site is not None:
-            site = args.site.resolve()
-            shoot({"docs-home.png": (site / "index.html").as_uri(),
-                   "docs-guide.png": (site / "guides" / "training-runs" / "index.html").as_uri()},
-                  REPO / "test-artifacts")  # fmt: skip
+            _site(args.site)
     finally:
         if args.keep:
             say(f"kept {work}")
