@@ -177,9 +177,15 @@ def slots(register: bool = True) -> list[dict[str, Any]]:
         async with get_client() as client:
             return await client.read_global_concurrency_limits(limit=200, offset=0)
 
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    # the server Prefect's settings name, else ours: with neither set Prefect would start a temporary one (~10 s)
+    # and register the limit there
+    with temporary_settings(updates={PREFECT_API_URL: PREFECT_API_URL.value() or api_url()}):
+        limits = asyncio.run(go())
     rows = [{"limit": lim.name, "slots": lim.limit, "busy": lim.active_slots,
              "free": max(0, lim.limit - lim.active_slots)}
-            for lim in asyncio.run(go()) if lim.name.startswith(SLOT_PREFIX)]  # fmt: skip
+            for lim in limits if lim.name.startswith(SLOT_PREFIX)]  # fmt: skip
     for row in rows:
         print(f"{row['limit']}: {row['slots']} slots, {row['busy']} busy, {row['free']} free")
     print(f"total: {sum(r['free'] for r in rows)} of {sum(r['slots'] for r in rows)} server slots free")
