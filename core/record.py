@@ -35,6 +35,7 @@ class FailedBatch(_Record):
     kind: str
     reasons: list[tuple[str, int]] = Field(default_factory=list)
     environment: int = 0  # of `failed`, the environment errors (the benchmark's own code failed)
+    judge: int = 0  # of `failed`, the judge's failures (no verdict)
 
 
 class RunStatus(_Record):
@@ -49,6 +50,7 @@ class RunStatus(_Record):
     failed_batches: list[FailedBatch] = Field(default_factory=list)
     # of `failed_rollouts`, those whose benchmark code failed (score or step raised, hung, returned a bad value)
     environment_errors: int = 0
+    judge_errors: int = 0  # of `failed_rollouts`, those the judge gave no verdict for (its requests failed)
 
 
 class ShardRun(_Record):
@@ -125,6 +127,21 @@ class Provenance(_Record):
     benchmarks: list[BenchmarkProvenance] = Field(default_factory=list)
 
 
+class JudgeInfo(_Record):
+    """The run's judge model (flows/judging.py): which, how it was reached, and its answers in this run."""
+
+    model: str = Field(description="the judge's served name")
+    identity: str = Field(description="sha256 of the judge's model fingerprint, server settings and sampling")
+    mode: str = Field(description="managed (started for the judging phase) or external")
+    asked: int = Field(default=0, description="judge answers the run's scorers asked for")
+    cached: int = Field(default=0, description="of those, answers found in the judge cache (no request)")
+    requests: int = Field(default=0, description="requests sent to the judge (retries included)")
+    failed: int = Field(default=0, description="answers the judge did not give (each a judge error)")
+    completion_tokens: int = Field(default=0, description="tokens the judge generated")
+    seconds: float = Field(default=0.0, description="the judging phase's wall time")
+    started_s: float | None = Field(default=None, description="a managed judge server's start (none: not started)")
+
+
 class RunInfo(_Record):
     """The run's identity and how it went. `config` is the validated config with credentials redacted."""
 
@@ -149,6 +166,7 @@ class RunInfo(_Record):
     training_run: str | None = None
     step: int | None = None
     rescored_from: str | None = None  # `evalflow rescore`: the run whose completions this run scored anew
+    judge: JudgeInfo | None = None  # the judge that scored the judged benchmarks, and what it did
 
 
 class RunSummary(_Record):

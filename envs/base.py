@@ -104,6 +104,9 @@ class Env(ABC):
     lm_eval_metrics: ClassVar[tuple[tuple[str, str], ...]] = ()
     # A published run to compare with in the report (e.g. the Qwen3-4B profile of the GRL Tetris eval).
     reference_profile: ClassVar[ReferenceProfile | None] = None
+    # Whether scoring asks the run's judge model (envs.judge): the completions are collected first, and scored in
+    # the judging phase, with the judge's server up and the policy's stopped. Single-turn environments only.
+    uses_judge: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         """Keep the options (as given in the run config) so they can enter the fingerprint."""

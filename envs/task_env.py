@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +32,29 @@ from envs.task_spec import (
 
 MAX_ANSWER_CHARS = 4000
 PARSE_ERROR = MetricSpec("parse_error", "no answer", "rate", description="no extractor of the reward found an answer")
+
+
+def judge_metrics(judged: Iterable[tuple[str, str]]) -> tuple[MetricSpec, ...]:
+    """What the report shows of each judged metric besides its pass rate: the share of rollouts whose judge
+    answers gave no readable verdict, and the mean score (a scale's position, or the share of passing votes)."""
+    return tuple(
+        spec
+        for key, label in judged
+        for spec in (
+            MetricSpec(
+                f"{key}_unparsed",
+                f"{label}: judge unparsed",
+                "rate",
+                description="rollouts whose judge answers held no verdict the rubric's spec could read",
+            ),
+            MetricSpec(
+                f"{key}_score",
+                f"{label}: judge score",
+                "mean",
+                description="the judge's mean score, from 0 (the scale's min, or fail) to 1",
+            ),
+        )
+    )
 
 
 def render(source: str, row: dict[str, Any], letters: str) -> str:
@@ -331,6 +355,7 @@ class TaskEnv(SingleTurnEnv):
         """Asynchronous kinds first (programs in the sandbox, a judge), awaited; then the rest, in a worker
         process when one needs math-verify's main thread (envs.main_thread), else in place."""
         spec, done, outcomes = self.spec, dict[str, tuple[str | None, bool]](), dict[str, str]()
+        details: dict[str, dict[str, Any]] = {}
         for m in spec.metrics or ():
             if m.resolved_scorer.asynchronous:
                 answer = extract(m.extract or (), completion, spec.letters)
@@ -338,12 +363,24 @@ class TaskEnv(SingleTurnEnv):
                 done[m.key] = (answer, verdict.correct)
                 if verdict.outcome is not None:
                     outcomes[m.key] = verdict.outcome
+                if verdict.details is not None:
+                    details[m.key] = verdict.details
         if self.main_thread:
             score = await main_thread.acall(score_row, spec, row, completion, done)
         else:
             score = score_row(spec, row, completion, done)
         if outcomes:
             score.info["outcomes"] = outcomes
+        if details:  # a judge's answers, and the keys of its metrics (judge_metrics)
+            score.info["judge"] = details
+            for m in spec.metrics or ():
+                other = getattr(m.resolved_scorer, "calibrate_with", None)
+                if m.key in details and other is not None:  # the rule's verdict: the label the judge is checked on
+                    details[m.key]["label"] = score.info.get(other)
+            for key, d in details.items():
+                score.info[f"{key}_unparsed"] = d["samples"] > 0 and d["read"] == 0
+                if d.get("score") is not None:
+                    score.info[f"{key}_score"] = d["score"]
         return score
 
     def score(self, row: dict[str, Any], completion: str) -> Score:
@@ -371,6 +408,7 @@ def task_env_class(spec: TaskSpec) -> type[TaskEnv]:
             "metrics": (
                 *(MetricSpec(m.key, m.label or m.key, "rate", m.headline, m.description) for m in metrics),
                 PARSE_ERROR,
+                *judge_metrics((m.key, m.label or m.key) for m in metrics if m.resolved_scorer.uses_judge),
             ),
             "majority_vote": spec.majority_vote,
             "lm_eval_metrics": tuple((m.lm_eval_name, m.key) for m in metrics if m.lm_eval_name),
@@ -378,6 +416,7 @@ def task_env_class(spec: TaskSpec) -> type[TaskEnv]:
             "spec": spec,
             "spec_json": spec_json,
             "asynchronous": any(m.resolved_scorer.asynchronous for m in metrics),
+            "uses_judge": any(m.resolved_scorer.uses_judge for m in metrics),
             "main_thread": any(m.resolved_scorer.needs_main_thread() for m in metrics),
         }
         _CLASSES[spec_json] = type(f"Task_{re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}", (TaskEnv,), namespace)

@@ -76,6 +76,7 @@ class Verdict:
 
     correct: bool
     outcome: str | None = None
+    details: dict[str, Any] | None = None  # what the rollout's record keeps of it (a judge's answers: `info.judge`)
 
 
 class ScorerKind(TaskModel):
@@ -94,6 +95,8 @@ class ScorerKind(TaskModel):
     uses_reference: ClassVar[bool] = True
     # Whether the kind runs the model's programs (the task then accepts the `allow_unsandboxed` option).
     runs_code: ClassVar[bool] = False
+    # Whether the kind asks the run's judge model (envs.judge): its batches are judged after collection.
+    uses_judge: ClassVar[bool] = False
 
     def needs_main_thread(self) -> bool:
         return False

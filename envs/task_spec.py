@@ -201,6 +201,13 @@ class TaskSpec(TaskModel):
             if m.reference is None and m.reference_field is None:
                 m.reference, m.reference_field = self.reference, self.reference_field
             m.label = m.label or m.key
+        for i, m in enumerate(self.metrics):  # a judge checked against another metric's verdict (calibration)
+            other = getattr(m.scorer, "calibrate_with", None)
+            if other is not None and (other not in seen or other == m.key):
+                _fail(
+                    f"metrics.{i}.scorer.calibrate_with",
+                    f"names no other metric: {other!r}; metrics: {', '.join(seen)}",
+                )
         self.reward = self.reward or [self.metrics[0].key]
         for j, key in enumerate(self.reward):
             if key not in seen:

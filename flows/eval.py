@@ -29,6 +29,7 @@ from core.logs import Stages, get_logger, quiet_tracebacks
 from core.record import Collection, Provenance, Replica, RunInfo, RunRecord, RunStatus, ServerInfo, ShardRun
 from core.secrets import redact
 from core.store import Store
+from flows.judging import JudgeSetup, judge_phase, prepare_judge
 from flows.plan import check_endpoints, external_endpoint, plan_run, preflight
 from flows.rescore import RescoreError
 from flows.shards import (
@@ -60,6 +61,7 @@ from tasks.collection.prompt_length import check_prompt_lengths, local_folder
 from tasks.collection.provenance import provenance
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
+from tasks.judging.completions import for_collection
 from tasks.reporting.index import read_entries
 from tasks.reporting.report import FINISHED_MARK, format_terminal_summary, report_task, run_record
 from tasks.runtime.venv import runtime_for
@@ -111,6 +113,7 @@ class Prepared:
     shards: int
     deployment: str | None
     rescore_of: str | None = None
+    judge: JudgeSetup | None = None  # the judge of the judged benchmarks (flows/judging.py)
 
     @property
     def missing(self) -> list[Planned]:
@@ -193,6 +196,7 @@ async def prepare_run(config: EvalConfig, shard: Shard | None, stages: Stages) -
             name = config.model.served_name or config.model.source
             model = PreparedModel(name, name, f"external:{name}", config.model.source, "external")
 
+    judge = prepare_judge(config, benchmarks)  # its identity enters the judged batches' keys
     if config.server.mode == "managed" and (folder := local_folder(model.path)) is not None:
         with stages("prompt_lengths"):  # before any batch is planned: a skipped prompt changes the batches
             benchmarks = check_prompt_lengths(benchmarks, config, folder, model.fingerprint)
@@ -205,7 +209,8 @@ async def prepare_run(config: EvalConfig, shard: Shard | None, stages: Stages) -
     )
     fingerprint = samples_fingerprint(model.fingerprint, config.server)
     with stages("plan"):
-        work = plan(benchmarks, config, fingerprint, storage, store)
+        work = plan(benchmarks, config, fingerprint, storage, store, judge and judge.identity)
+        work = for_collection(work) if judge else work  # judged: completions now, verdicts after collection
         if shard is not None:
             work = shard_work(shard, work, fingerprint)
         missing = [p for p in work if p.needs_server]
@@ -217,7 +222,7 @@ async def prepare_run(config: EvalConfig, shard: Shard | None, stages: Stages) -
         )  # fmt: skip
     return Prepared(
         original, config, store, benchmarks, run_id, run_dir, started_at, model, fingerprint, storage, batch_task,
-        work, shards, deployment,
+        work, shards, deployment, judge=judge,
     )  # fmt: skip
 
 
@@ -243,6 +248,10 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
         server_info = ServerInfo()  # each shard started its own
     else:
         collected, server, server_info = await _collect_here(prepared, stages, "vllm.log")
+    judge = None
+    if prepared.judge is not None:
+        with stages("judge"):
+            collected, judge = await judge_phase(prepared, collected)
     status = collected.status(config.collection.max_failed_share)
     files = [r.url for r in collected.results] + _kept_rollouts(store, prepared.run_dir, collected)
     if status.state != "complete":
@@ -255,7 +264,7 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
         votes = {b.name for b in prepared.benchmarks if b.env.majority_vote}
         metrics = analyze_task(files, store, specs, votes)
     with stages("report"):
-        info = _run_info(prepared, status, stages, server, shard_runs)
+        info = _run_info(prepared, status, stages, server, shard_runs).model_copy(update={"judge": judge})
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
         comparison = baseline_comparison(store, metrics, info, read_entries(store), config.baseline_run_id)
         if comparison is not None:  # the gate's verdict goes into metrics.json, the report, the index and artifact
@@ -400,7 +409,8 @@ async def _collect_sharded(prepared: Prepared) -> tuple[Collected, list[ShardRun
         prepared.deployment, child_parameters(prepared.original), parts, config.collection.shard_retries, progress,
         storage, sizes,
     )  # fmt: skip
-    replanned = plan(prepared.benchmarks, config, prepared.fingerprint, storage, store)
+    judge = prepared.judge and prepared.judge.identity
+    replanned = for_collection(plan(prepared.benchmarks, config, prepared.fingerprint, storage, store, judge))
     ctx = _context(prepared, None)  # every batch read here is cached: no request is made
     try:
         done = await collect_all(ctx, [p for p in replanned if not p.needs_server], prepared.batch_task)

@@ -14,6 +14,7 @@ from core.secrets import redact
 from core.store import Store
 from envs.base import SingleTurnEnv
 from errors import ConfigError
+from flows.judging import check_judged
 from flows.shards import deployment_name as shard_deployment
 from tasks.checkpoints.prepare import ModelPlan, plan_model
 from tasks.collection.cache import result_storage
@@ -85,6 +86,7 @@ def preflight(
     config, store = resolved.config, resolved.store
     store.check_writable(probe=probe)
     benchmarks = load_benchmarks(config, store)
+    check_judged(config, benchmarks)
     if config.server.mode == "managed":
         return config, store, benchmarks, plan_model(config.model, config.server.runtime)
     name = external_endpoint(config).model

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from envs.base import Env, Score, Turn
+from envs.judge import JudgeFailed
 from tasks.collection.failures import RolloutFailed
 
 MESSAGE_CHARS = 400
@@ -72,6 +73,8 @@ async def env_call(env: Env, what: str, timeout_s: float, fn: Callable[..., Any]
         raise _failed(env, what, f"did not return within {timeout_s:g} s (collection.env_timeout_s)") from None
     except RolloutFailed:
         raise
+    except JudgeFailed as exc:  # the judge's failure, not the environment's: retried, counted apart
+        raise RolloutFailed("judge", " ".join(str(exc).split())[:MESSAGE_CHARS]) from None
     except Exception as exc:
         raise _failed(env, what, f"raised {type(exc).__name__}: {exc}") from None
 

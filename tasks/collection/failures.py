@@ -9,6 +9,8 @@ the run's set-up (configuration) or of the moment (transient) that must never be
   (a sampling or tool option the server rejects). Retrying cannot help; the run stops collecting.
 - transient: connection errors, timeouts, 408, 409, 429, 5xx. Retried with backoff; if they persist
   the batch fails and is collected again by the next run or the UI's Retry.
+- judge: a request to the run's judge model failed (tasks/judging): that rollout has no verdict. Retried with
+  its batch (the judge's answers so far are cached); counted apart from the policy's failures.
 - environment: the benchmark's own code failed on a rollout (its score or an episode step raised, hung or
   returned a bad value; tasks.collection.env_calls). Not retried (it would fail again); the rollout counts
   as failed, apart from model outcomes and request failures, and the batch is never cached.
@@ -28,7 +30,7 @@ import openai
 
 from errors import EvalflowError
 
-Kind = Literal["outcome", "configuration", "transient", "environment"]
+Kind = Literal["outcome", "configuration", "transient", "environment", "judge"]
 
 # vLLM's wording when prompt + max_tokens exceed the model's context (several versions' variants).
 _TOO_LONG = re.compile(
@@ -104,18 +106,20 @@ class FailureSummary:
     index: int
     size: int
     failed: int
-    kind: Kind  # "configuration" if any failure was one, else "environment" if any was, else "transient"
+    kind: Kind  # the most severe: configuration, else environment, else judge, else transient
     reasons: tuple[tuple[str, int], ...]
     environment: int = 0  # of `failed`, the environment errors
+    judge: int = 0  # of `failed`, the judge's failures
 
     @classmethod
     def of(cls, benchmark: str, index: int, size: int, failures: list[RolloutFailed]) -> FailureSummary:
         kinds = {f.kind for f in failures}
-        severe: list[Kind] = [k for k in ("configuration", "environment") if k in kinds]
+        severe: list[Kind] = [k for k in ("configuration", "environment", "judge") if k in kinds]
         kind: Kind = severe[0] if severe else "transient"
         reasons = tuple(Counter(f.message for f in failures).most_common(3))
         environment = sum(f.kind == "environment" for f in failures)
-        return cls(benchmark, index, size, len(failures), kind, reasons, environment)
+        judge = sum(f.kind == "judge" for f in failures)
+        return cls(benchmark, index, size, len(failures), kind, reasons, environment, judge)
 
     def line(self) -> str:
         top = "; ".join(f"{n}x {reason}" for reason, n in self.reasons)
@@ -124,7 +128,7 @@ class FailureSummary:
     def as_record(self) -> dict[str, object]:
         return {"benchmark": self.benchmark, "index": self.index, "size": self.size, "failed": self.failed,
                 "kind": self.kind, "reasons": [list(r) for r in self.reasons],
-                "environment": self.environment}  # fmt: skip
+                "environment": self.environment, "judge": self.judge}  # fmt: skip
 
 
 class BatchFailed(Exception):
@@ -138,7 +142,7 @@ class BatchFailed(Exception):
     @property
     def transient(self) -> bool:
         """Whether a retry may succeed: not after a configuration failure or an environment error."""
-        return self.summary.kind == "transient"
+        return self.summary.kind in ("transient", "judge")
 
 
 class RunFailed(EvalflowError):

@@ -108,6 +108,8 @@ class Batch:
     # what determines its completions (generation_key): a batch whose `key` changed but not this one (a
     # single-turn environment's scoring changed) is rescored from the completions of the earlier one
     generation: str = ""
+    # a judged benchmark's completions, collected before its judging phase (tasks.judging.completions)
+    completions: bool = False
 
     @property
     def size(self) -> int:
@@ -151,10 +153,12 @@ def batch_key(
     model_fingerprint: str,
     sampling: SamplingConfig,
     tags: ThinkTags | None = None,
+    judge: str | None = None,
 ) -> str:
     """Content key: env (name, version, options, templates), rows, repeats, model, sampling, how the answer is
-    taken from a completion (the think tags). Never the run."""
-    payload = {
+    taken from a completion (the think tags), and for a judged benchmark the judge (tasks.judging.client's
+    identity). Never the run."""
+    payload: dict[str, Any] = {
         "env": env.fingerprint(),
         "rows": rows_hash(rows),  # the canonical encoding of parquet's dates, bytes and decimals too
         "repeats": repeats,
@@ -163,6 +167,8 @@ def batch_key(
         # answers are scored without their reasoning (core/reasoning.py): batches scored before are scored again
         "scored": [ANSWER_SCORING, (tags or ThinkTags()).model_dump(mode="json")],
     }
+    if judge is not None:  # only judged batches: every other key stays what it was
+        payload["judge"] = judge
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
@@ -201,20 +207,24 @@ def plan_batches(
     model_fingerprint: str,
     sampling: SamplingConfig,
     tags: ThinkTags | None = None,
+    judge: str | None = None,
 ) -> list[Batch]:
     per_batch = max(1, batch_size // repeats)
     reps = list(range(repeats))
     batches = []
     for index, start in enumerate(range(0, len(rows), per_batch)):
         chunk = rows[start : start + per_batch]
-        key = batch_key(env, chunk, reps, model_fingerprint, sampling, tags)
+        key = batch_key(env, chunk, reps, model_fingerprint, sampling, tags, judge if env.uses_judge else None)
         generation = generation_key(env, chunk, reps, model_fingerprint, sampling, tags)
         batches.append(Batch(benchmark, index, key, tuple(chunk), tuple(reps), sampling, generation))
     return batches
 
 
 def batch_url(run_dir: str, batch: Batch) -> str:
-    return store_paths.join(run_dir, "rollouts", batch.benchmark, f"{batch.index:05d}-{batch.key[:16]}.parquet")
+    """A batch's file in the run folder: `rollouts/` (what the analysis reads), or `completions/` for a judged
+    benchmark's completions waiting for their judge."""
+    folder = "completions" if batch.completions else "rollouts"
+    return store_paths.join(run_dir, folder, batch.benchmark, f"{batch.index:05d}-{batch.key[:16]}.parquet")
 
 
 @dataclass
@@ -233,14 +243,20 @@ class Planned:
 
 
 def plan(
-    benchmarks: list[Benchmark], config: EvalConfig, model_fingerprint: str, storage: WritableFileSystem, store: Store
+    benchmarks: list[Benchmark],
+    config: EvalConfig,
+    model_fingerprint: str,
+    storage: WritableFileSystem,
+    store: Store,
+    judge: str | None = None,
 ) -> list[Planned]:
-    """Every batch of the run, each looked up in the cache before any server is started."""
+    """Every batch of the run, each looked up in the cache before any server is started (`judge`: the judge's
+    identity, part of judged benchmarks' batch keys)."""
     planned = []
     for bench in benchmarks:
         for batch in plan_batches(
             bench.name, bench.env, bench.rows, bench.repeats, config.collection.batch_size, model_fingerprint,
-            bench.sampling or config.sampling, config.model.reasoning,
+            bench.sampling or config.sampling, config.model.reasoning, judge,
         ):  # fmt: skip
             record = lookup(storage, batch.cache_key)
             hit = None if record is None or record is STALE else BatchResult.from_record(record)

@@ -84,6 +84,11 @@ class Progress:
         self.errors += record.get("error") is not None
         self._counted[batch_key] = self._counted.get(batch_key, 0) + 1
 
+    def add_scored(self, batch_key: str) -> None:
+        """A rollout scored now from stored completions (a judging phase): done, with no tokens generated."""
+        self.generated += 1
+        self._counted[batch_key] = self._counted.get(batch_key, 0) + 1
+
     def add_batch(self, rollouts: int, tokens: int, errors: int) -> None:
         """A whole batch generated elsewhere (by a shard of this run), counted when it reaches the store."""
         self.generated += rollouts

@@ -4,6 +4,7 @@ batch's file, with no request to any server. The new file is the batch's own, ke
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -53,17 +54,12 @@ async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source
     missing = [f"{pid}#{repeat}" for pid, repeat, _ in wanted if (pid, repeat) not in old]
     if missing:
         raise RuntimeError(f"{source.url} lacks {len(missing)} rollouts of batch {batch.index} (e.g. {missing[0]})")
-    records: list[RolloutRow] = []
-    failures: list[RolloutFailed] = []
     opened = opened_by_prompt(ctx.reasoning, (batch.sampling or ctx.sampling).extra_body)
-    for pid, repeat, row in wanted:
+
+    async def one(pid: str, repeat: int, row: dict[str, Any]) -> RolloutRow:
         record: RolloutRow = old[(pid, repeat)]
         split, fields = stored_split(record, ctx.reasoning, opened)
-        try:
-            score = await score_answer(env, row, split, ctx.reasoning, ctx.collection.env_timeout_s)
-        except RolloutFailed as failure:  # an environment error: counted, never part of a result
-            failures.append(failure)
-            continue
+        score = await score_answer(env, row, split, ctx.reasoning, ctx.collection.env_timeout_s)
         if record.get("completion") is not None:  # a failed request's row (no completion) keeps its nulls
             record.update(**fields)  # the token fields, by their RolloutRow names
         record.update(
@@ -71,7 +67,27 @@ async def rescore_batch_impl(ctx: CollectContext, env: Env, batch: Batch, source
             reference=env.reference(row), reward=score.reward, success=score.success,
             parsed_answer=score.parsed_answer, info=score.info,
         )  # fmt: skip
-        records.append(record)
+        ctx.progress.add_scored(batch.key)
+        return record
+
+    # a judge is asked for every rollout at once (its client limits the requests in flight); other scorers (a
+    # sandbox, math-verify's worker) one rollout at a time, as they always were
+    if env.uses_judge:
+        outcomes = await asyncio.gather(*(one(*w) for w in wanted), return_exceptions=True)
+    else:
+        outcomes = []
+        for w in wanted:
+            try:
+                outcomes.append(await one(*w))
+            except Exception as exc:
+                outcomes.append(exc)
+    records: list[RolloutRow] = [o for o in outcomes if isinstance(o, dict)]
+    failures: list[RolloutFailed] = []
+    for o in outcomes:  # an environment or judge error: counted, never part of a result
+        if isinstance(o, RolloutFailed):
+            failures.append(o)
+        elif isinstance(o, BaseException):
+            raise o
     if failures:
         raise BatchFailed(FailureSummary.of(batch.benchmark, batch.index, batch.size, failures))
     url = batch_url(ctx.run_dir, batch)

@@ -36,10 +36,12 @@ class Collected:
         failed = self.failed_rollouts
         share = failed / self.planned_rollouts if self.planned_rollouts else 0.0
         environment = sum(f.summary.environment for f in self.failed)
+        judge = sum(f.summary.judge for f in self.failed)
+        apart = [f"{environment} environment errors"] * bool(environment) + [f"{judge} judge errors"] * bool(judge)
         how = (
-            f"failed ({environment} environment errors, {failed - environment} transient)"
-            if environment
-            else ("failed transiently")
+            f"failed ({', '.join([*apart, f'{failed - environment - judge} transient'])})"
+            if apart
+            else "failed transiently"
         )
         configuration = [f for f in self.failed if f.summary.kind == "configuration"]
         if configuration:
@@ -64,11 +66,12 @@ class Collected:
             state, why = "complete", ""
         return RunStatus.model_validate(
             {"state": state, "reason": why, "failed_rollouts": failed, "planned_rollouts": self.planned_rollouts,
-             "failed_batches": [f.summary.as_record() for f in self.failed], "environment_errors": environment}
+             "failed_batches": [f.summary.as_record() for f in self.failed], "environment_errors": environment,
+             "judge_errors": judge}
         )  # fmt: skip
 
 
-async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any) -> Collected:
+async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any, label: str = "collect") -> Collected:
     """Reuse cached batches; run the others a few at a time. Requests share one limiter, earlier batches
     first, so batches overlap their tails and the oldest open one finishes first. As many batches are
     being fed as fill the (possibly growing) request limit, plus one; a batch whose rollouts all had their
@@ -76,7 +79,7 @@ async def collect_all(ctx: CollectContext, work: list[Planned], batch_task: Any)
     explicit `collection.batches_in_flight` is a hard cap on open batches instead). A
     failed batch does not stop the others: what finishes is kept, and failed batches are returned for the
     run to judge."""
-    ctx.progress = progress = Progress(sum(p.batch.size for p in work), ctx.progress_interval_s)
+    ctx.progress = progress = Progress(sum(p.batch.size for p in work), ctx.progress_interval_s, label)
     requests = ctx.requests()
     requests.expect(sum(p.batch.size for p in work if p.needs_server))
 
