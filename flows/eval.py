@@ -49,6 +49,7 @@ from flows.shards import deployment_name as shard_deployment
 from tasks.analysis.compare import baseline_comparison
 from tasks.analysis.gate import describe as describe_gate
 from tasks.analysis.gate import gate
+from tasks.analysis.judge_stats import judge_stats
 from tasks.analysis.metrics import analyze_task
 from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.collection.batch import BatchKeyPolicy, collect_batch
@@ -263,6 +264,7 @@ async def evaluate(prepared: Prepared, stages: Stages) -> RunRecord:
         specs = {b.name: b.env.metrics for b in prepared.benchmarks}
         votes = {b.name for b in prepared.benchmarks if b.env.majority_vote}
         metrics = analyze_task(files, store, specs, votes)
+        judge = judge and judge.model_copy(update={"metrics": judge_stats(files, store)})
     with stages("report"):
         info = _run_info(prepared, status, stages, server, shard_runs).model_copy(update={"judge": judge})
         # the latest earlier complete run of the same deployment (or run name) with these benchmarks
