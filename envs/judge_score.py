@@ -1,5 +1,5 @@
 """The `judge` scorer kind of declarative tasks: a jinja rubric over the row, the answer and the reference, sent to
-the run's judge model (envs.judge) `samples` times; its answers read by the `verdict` spec and voted on.
+the run's judge model (envs.judge) `samples` times; its answers read by the `parse` spec and voted on.
 
     metrics:
       - key: helpful
@@ -10,7 +10,7 @@ the run's judge model (envs.judge) `samples` times; its answers read by the `ver
             Reference: {{ reference }}
             Answer: {{ answer }}
             Is the answer correct? Reply CORRECT or INCORRECT.
-          verdict: {kind: label, labels: {CORRECT: true, INCORRECT: false}}
+          parse: {kind: label, labels: {CORRECT: true, INCORRECT: false}}
           samples: 3
           calibrate_with: exact        # optional: a rule metric's verdict as the label the judge is checked on
                                        # (or label_field: a row field holding a human verdict)
@@ -36,12 +36,12 @@ _TRUE, _FALSE = {"true", "yes", "pass", "1", "correct"}, {"false", "no", "fail",
 
 class JudgeScorer(ScorerKind):
     """An LLM judge's verdict on the answer, by a rubric (a jinja template; `answer`, `reference` and the row's
-    fields are its variables), read as a label, a number on a scale, or JSON; `samples` answers voted on."""
+    fields are its variables), read (`parse`) as a label, a number on a scale, or JSON; `samples` answers voted on."""
 
     kind: Literal["judge"]
     rubric: Template
     system: Template | None = None  # the judge's system message
-    verdict: VerdictSpec
+    parse: VerdictSpec  # how a judge answer is read: a label, a number on a scale, or JSON
     samples: Annotated[int, Field(ge=1, le=32)] = 1
     aggregate: Literal["majority", "mean"] = "majority"
     label_field: str | None = None  # a row field holding a human verdict (true/false or one of the labels)
@@ -75,7 +75,7 @@ class JudgeScorer(ScorerKind):
         if isinstance(value, bool):
             return value
         text = str(value).strip().casefold() if value is not None else ""
-        labels = getattr(self.verdict, "labels", None) or {}
+        labels = getattr(self.parse, "labels", None) or {}
         for label, passed in labels.items():
             if text == label.casefold():
                 return passed
@@ -87,8 +87,8 @@ class JudgeScorer(ScorerKind):
             details = {"passed": False, "read": 0, "samples": 0, "value": None, "score": None, "label": label}
             return Verdict(False, "no_answer", details)
         texts = await ask_all(active_judge(), self.messages(context.row, answer, context.reference), self.samples)
-        readings = [read_verdict(self.verdict, text) for text in texts]
-        result = vote(readings, self.aggregate, self.verdict)
+        readings = [read_verdict(self.parse, text) for text in texts]
+        result = vote(readings, self.aggregate, self.parse)
         details = {
             "passed": result.passed, "value": result.value, "score": result.score, "read": result.read,
             "samples": len(texts), "label": label, "texts": [t[:MAX_TEXT_CHARS] for t in texts],

@@ -32,6 +32,7 @@ class Faults:
 @dataclass
 class Counts:
     forwarded: int = 0  # chat completions that reached the server
+    answered: int = 0  # chat completions whose answer reached the client
     errors: int = 0
     resets: int = 0
     stalls: int = 0
@@ -48,6 +49,9 @@ class FaultProxy:
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
         self.refuse = False  # reset every connection at once, any path: a replica that is gone
+        # after this many chat completions answered, the server "dies": every later answer is dropped (the
+        # connection reset) and every new connection refused, as when its process is killed mid-phase
+        self.die_after: int | None = None
         self.bodies: list[bytes] = []  # the chat completion requests' bodies, as sent (the last MAX_BODIES)
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
@@ -99,15 +103,25 @@ class FaultProxy:
                 forward = {k: v for k, v in headers.items() if k not in ("host", "content-length", "connection")}
                 response = await self._client.request(method, path, content=body, headers=forward)
                 payload = response.content
+                if path.endswith("/chat/completions") and self._dead():
+                    writer.transport.abort()  # answered upstream, but the "killed" server never sent it
+                    return
                 out = [f"HTTP/1.1 {response.status_code} {response.reason_phrase}"]
                 out += [f"{k}: {v}" for k, v in response.headers.items() if k.lower() not in _HOP_HEADERS]
                 out += [f"content-length: {len(payload)}", "", ""]
                 writer.write("\r\n".join(out).encode("latin-1") + payload)
                 await writer.drain()
+                if path.endswith("/chat/completions"):
+                    self.counts.answered += 1
         except (asyncio.IncompleteReadError, ConnectionError, httpx.HTTPError):  # the upstream is gone: disconnect
             pass
         finally:
             writer.close()
+
+    def _dead(self) -> bool:
+        if self.die_after is not None and self.counts.answered >= self.die_after:
+            self.refuse = True
+        return self.refuse
 
     async def _inject(self, writer: asyncio.StreamWriter) -> str:
         """Apply at most one fault: 'answered' (503 sent), 'closed' (reset or stalled), or 'forward'."""

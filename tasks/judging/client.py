@@ -35,7 +35,8 @@ BACKOFF_S = 1.0
 
 @dataclass
 class JudgeCounts:
-    """What the judge did in a phase: answers asked for, found cached, requested (sent), failed."""
+    """What the judge did in a phase: answers asked for, found cached (or shared with the same question asked at
+    the same time), requested (sent, retries included), failed."""
 
     asked: int = 0
     cached: int = 0
@@ -76,6 +77,7 @@ class JudgeClient(Judge):
     _served: Endpoint | None = field(default=None, init=False, repr=False)
     _limit: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
     _starting: asyncio.Lock | None = field(default=None, init=False, repr=False)
+    _inflight: dict[str, asyncio.Future[str]] = field(default_factory=dict, init=False, repr=False)
 
     def key(self, messages: list[dict[str, str]], sample: int) -> str:
         payload = {"judge": self.fingerprint, "messages": messages, "sample": sample}
@@ -95,6 +97,23 @@ class JudgeClient(Judge):
         self.counts.asked += 1
         key = self.key(messages, sample)
         url = answer_url(self.store, key)
+        if key in self._inflight:  # the same question asked by another rollout (an identical answer): one request
+            self.counts.cached += 1
+            return await asyncio.shield(self._inflight[key])
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            text = await self._answer(messages, key, sample, url)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a question nobody else asked logs no "never retrieved"
+            raise
+        finally:
+            del self._inflight[key]
+        future.set_result(text)
+        return text
+
+    async def _answer(self, messages: list[dict[str, str]], key: str, sample: int, url: str) -> str:
         cached = await asyncio.to_thread(self._read, url)
         if cached is not None:
             self.counts.cached += 1
