@@ -14,6 +14,7 @@ from typing import Any, Literal, TypedDict
 from pydantic import Field, JsonValue, SecretStr, field_validator, model_validator
 
 from core.benchmark_config import BenchmarkConfig, benchmark_setting, check_extra_body
+from core.collection_config import CollectionConfig
 from core.config_base import URL_RE, absolute_path
 from core.config_base import Strict as _Strict
 from core.gate_config import GateConfig
@@ -291,66 +292,30 @@ class SamplingRequest(TypedDict, total=False):
     extra_body: dict[str, JsonValue]
 
 
-class CollectionConfig(_Strict):
-    batch_size: int = Field(default=64, ge=1, description="rollouts per batch (the unit of work, caching and loss)")
-    concurrency: int | None = Field(
-        default=None, ge=1, description="requests in flight; empty: found while collecting (adaptive)"
-    )
-    batches_in_flight: int | None = Field(
-        default=None,
-        ge=1,
-        description=(
-            "batches collected at once, a hard cap; empty: enough to fill the concurrency limit, plus one, a batch "
-            "whose rollouts all sent their first request no longer counting"
-        ),
-    )
-    request_timeout_s: float = Field(default=300.0, gt=0, description="one request's wait (s); past it: transient")
-    env_timeout_s: float = Field(
-        default=120.0,
-        gt=0,
-        description="how long an environment from outside evalflow may take for one call (a score, an episode "
-        "step); one that takes longer, raises or returns a bad value is an environment error on that rollout",
-    )
-    max_request_retries: int = Field(default=4, ge=0, description="retries of a transient request error, with backoff")
-    batch_retries: int = Field(
-        default=2,
-        ge=0,
-        description="retries of a batch whose rollouts failed transiently (each redoes only the failed ones)",
-    )
-    max_failed_share: float = Field(
-        default=0.05,
-        ge=0,
-        le=1,
-        description="share of rollouts that may fail transiently (after retries) before the run ends Failed; "
-        "any configuration failure (401, 404, a rejected option) always fails the run",
-    )
-    shards: int | Literal["auto"] = Field(
-        default=1,
-        description="split the batches to collect over this many child flow runs of the run's deployment, each "
-        "with its own server on a worker of the work pool; auto: one per free server slot in the pool",
-    )
-    shard_retries: int = Field(
-        default=1,
-        ge=0,
-        description="resubmissions of a shard whose flow run failed or crashed (each collects what is left)",
-    )
-    shard_deployment: str | None = Field(
-        default=None,
-        description="the deployment ('flow/name') shards run as; default: the deployment this run belongs to",
-    )
-    progress_interval_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="seconds between progress reports (log line, artifact, terminal) and snapshots of each "
-        "open batch's finished rollouts",
-    )
+class JudgeSampling(SamplingConfig):
+    """The judge's sampling: greedy and short by default (a verdict, not an essay)."""
 
-    @field_validator("shards")
-    @classmethod
-    def _positive_shards(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError(f"collection.shards {value}: use 1 (no sharding), a number of shards, or auto")
-        return value
+    temperature: float = Field(default=0.0, ge=0.0, le=5.0, description="the judge's temperature; 0: greedy")
+    max_tokens: int = Field(default=256, ge=1, description="most tokens of one judge answer")
+
+
+class JudgeConfig(_Strict):
+    """A judge model evalflow serves (managed: any source it can prepare, in a server slot of its own, started
+    after collection when the policy's server has stopped) or reaches (external: `server.base_url`, its key in a
+    server block). Verdicts are cached by the judge's fingerprint, the rendered rubric and this sampling."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the judge's checkpoint (as model)")
+    server: ServerConfig = Field(
+        default_factory=ServerConfig, description="the judge server: managed (started to judge) or external"
+    )
+    sampling: JudgeSampling = Field(default_factory=JudgeSampling, description="how the judge samples its verdicts")
+    concurrency: int = Field(default=32, ge=1, description="judge requests in flight")
+
+    @model_validator(mode="after")
+    def _no_training_run(self) -> JudgeConfig:
+        if self.model.steps is not None:
+            raise ValueError("judge.model.steps: a judge is one checkpoint, not a training run")
+        return self
 
 
 class StoreConfig(_Strict):
@@ -442,8 +407,3 @@ class EvalConfig(_Strict):
             if same:  # identical batches: they would share cache entries and count the same rollouts twice
                 raise ValueError(f"benchmarks.{i} ({b.key}) is the same setting as benchmarks.{same[0]}: remove one")
         return self
-
-
-from core.judge_config import JudgeConfig  # noqa: E402  (it builds on the models above)
-
-EvalConfig.model_rebuild()

@@ -14,20 +14,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from core import store as store_paths
-from core.config import EvalConfig
-from core.judge_config import JudgeConfig
+from core.config import EvalConfig, JudgeConfig
 from core.logs import get_logger
 from core.record import JudgeInfo
+from core.store import Store
 from envs.base import SingleTurnEnv
 from envs.judge import judging
 from errors import ConfigError
 from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.collection.batch import partial_url
 from tasks.collection.failures import BatchFailed
-from tasks.collection.plan import Benchmark, plan
+from tasks.collection.plan import Benchmark, Planned, plan
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.judging.client import JudgeClient, judge_identity
@@ -35,9 +35,6 @@ from tasks.serving.keeper import active_keeper
 from tasks.serving.managed import Managed, start_managed
 from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint
-
-if TYPE_CHECKING:
-    from flows.eval import Prepared
 
 
 @dataclass(frozen=True)
@@ -47,6 +44,33 @@ class JudgeSetup:
     config: JudgeConfig
     model: PreparedModel
     identity: str
+
+
+class JudgedRun(Protocol):
+    """What the judging phase reads of a prepared run (flows.eval.Prepared)."""
+
+    @property
+    def judge(self) -> JudgeSetup | None: ...
+    @property
+    def config(self) -> EvalConfig: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def benchmarks(self) -> list[Benchmark]: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def storage(self) -> Any: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def run_dir(self) -> str: ...
+    @property
+    def model(self) -> PreparedModel: ...
+    @property
+    def batch_task(self) -> Any: ...
+    @property
+    def work(self) -> list[Planned]: ...
 
 
 def check_judged(config: EvalConfig, benchmarks: list[Benchmark]) -> None:
@@ -80,7 +104,7 @@ def prepare_judge(config: EvalConfig, benchmarks: list[Benchmark]) -> JudgeSetup
     return JudgeSetup(judge, model, judge_identity(fingerprint, judge.sampling))
 
 
-async def judge_phase(prepared: Prepared, first: Collected) -> tuple[Collected, JudgeInfo]:
+async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected, JudgeInfo]:
     """Score the judged benchmarks' batches with the judge; `first` is the policy's collection (whose completions
     batches are dropped from the result: their rollouts are the judged ones). Returns the run's whole collection."""
     assert prepared.judge is not None
@@ -139,7 +163,8 @@ async def judge_phase(prepared: Prepared, first: Collected) -> tuple[Collected, 
     info = JudgeInfo(
         model=setup.model.served_name, identity=setup.identity, mode=setup.config.server.mode,
         seconds=round(time.perf_counter() - started, 1), started_s=start_s[0] if start_s else None,
-        **counts.as_dict(),
+        asked=counts.asked, cached=counts.cached, requests=counts.requests, failed=counts.failed,
+        completion_tokens=counts.completion_tokens,
     )  # fmt: skip
     logger.info(
         "judge %s: %d answers asked, %d cached, %d requests, %d failed, %d tokens in %.1f s",
@@ -158,7 +183,7 @@ async def judge_phase(prepared: Prepared, first: Collected) -> tuple[Collected, 
     return whole, info
 
 
-def _log_path(prepared: Prepared) -> Path:
+def _log_path(prepared: JudgedRun) -> Path:
     run_dir = prepared.run_dir
     logs = Path(run_dir) / "logs" if store_paths.is_local(run_dir) else Path(tempfile.mkdtemp()) / "logs"
     return logs / "vllm-judge.log"

@@ -20,7 +20,7 @@ from typing import Any
 
 import openai
 
-from core.judge_config import JudgeSampling
+from core.config import JudgeSampling
 from core.logs import get_logger
 from core.reasoning import ThinkTags, split_text
 from core.store import Store
@@ -43,9 +43,6 @@ class JudgeCounts:
     requests: int = 0
     failed: int = 0
     completion_tokens: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
 
 
 def judge_identity(model_fingerprint: str, sampling: JudgeSampling) -> str:

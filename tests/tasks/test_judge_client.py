@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config import EvalConfig
-from core.judge_config import JudgeSampling
+from core.config import EvalConfig, JudgeSampling
 from core.store import Store
 from envs.judge import JudgeFailed
 from errors import ConfigError
