@@ -299,6 +299,37 @@ class JudgeSampling(SamplingConfig):
     max_tokens: int = Field(default=256, ge=1, description="most tokens of one judge answer")
 
 
+DEFAULT_PAIRWISE_RUBRIC = """You compare two answers to the same request and say which one is better.
+
+Request:
+{{ prompt }}
+{% if reference %}
+Reference answer: {{ reference }}
+{% endif %}
+Answer A:
+{{ answer_a }}
+
+Answer B:
+{{ answer_b }}
+
+Which answer is better? Reply with one word: A, B or TIE."""
+
+
+class PairwiseConfig(_Strict):
+    """The judge compares this run's answers with its baseline's, prompt by prompt and repeat by repeat, each pair
+    asked in both orders (A/B and B/A) so that a judge's taste for a position cancels out."""
+
+    rubric: str = Field(
+        default=DEFAULT_PAIRWISE_RUBRIC,
+        description="a jinja template over prompt (the last user message), reference, answer_a and answer_b",
+    )
+    labels: dict[str, Literal["a", "b", "tie"]] = Field(
+        default_factory=lambda: {"A": "a", "B": "b", "TIE": "tie"},
+        description="the judge's words and what each means (the last one named in an answer counts)",
+    )
+    benchmarks: list[str] | None = Field(default=None, description="which benchmarks to compare (default: all)")
+
+
 class JudgeConfig(_Strict):
     """A judge model evalflow serves (managed: any source it can prepare, in a server slot of its own, started
     after collection when the policy's server has stopped) or reaches (external: `server.base_url`, its key in a
@@ -310,6 +341,9 @@ class JudgeConfig(_Strict):
     )
     sampling: JudgeSampling = Field(default_factory=JudgeSampling, description="how the judge samples its verdicts")
     concurrency: int = Field(default=32, ge=1, description="judge requests in flight")
+    pairwise: PairwiseConfig | None = Field(
+        default=None, description="also compare each answer with the baseline run's to the same prompt and repeat"
+    )
 
     @model_validator(mode="after")
     def _no_training_run(self) -> JudgeConfig:

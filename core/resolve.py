@@ -60,7 +60,8 @@ def resolve(config: EvalConfig) -> Resolved:
 
     Raises BlockNotFound (naming the field) before anything is started.
     """
-    if not config.server.block and not config.store.block:
+    judge_block = config.judge.server.block if config.judge is not None else None
+    if not config.server.block and not config.store.block and not judge_block:
         return Resolved(config, open_store(config.store))
     resolved = config.model_copy(deep=True)
     credentials: dict[str, Any] = {}
@@ -68,6 +69,10 @@ def resolve(config: EvalConfig) -> Resolved:
         block = _load(SERVER_BLOCK, config.server.block, "server.block")
         merged = {**block.settings.model_dump(exclude={"block"}), **_explicit(config.server)}
         resolved.server = ServerConfig.model_validate(merged)
+    if config.judge is not None and resolved.judge is not None and judge_block:  # the judge's server, alike
+        block = _load(SERVER_BLOCK, judge_block, "judge.server.block")
+        merged = {**block.settings.model_dump(exclude={"block"}), **_explicit(config.judge.server)}
+        resolved.judge.server = ServerConfig.model_validate(merged)
     if config.store.block:
         block = _load(STORE_BLOCK, config.store.block, "store.block")
         base = {"url": block.url, "storage_options": block.storage_options}

@@ -16,14 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from prefect.runtime import deployment as prefect_deployment
+
 from core import store as store_paths
 from core.config import EvalConfig, JudgeConfig
+from core.judge_record import JudgeInfo, Pairwise
 from core.logs import get_logger
-from core.record import JudgeInfo
 from core.store import Store
 from envs.base import SingleTurnEnv
 from envs.judge import judging
 from errors import ConfigError
+from tasks.analysis.compare import find_baseline
 from tasks.checkpoints.prepare import PreparedModel, prepare_model
 from tasks.collection.batch import partial_url
 from tasks.collection.failures import BatchFailed
@@ -31,6 +34,8 @@ from tasks.collection.plan import Benchmark, Planned, plan
 from tasks.collection.rollout import CollectContext
 from tasks.collection.schedule import Collected, collect_all
 from tasks.judging.client import JudgeClient, judge_identity
+from tasks.judging.pairwise import answers, compare_pairs
+from tasks.reporting.index import read_entries
 from tasks.serving.keeper import active_keeper
 from tasks.serving.managed import Managed, start_managed
 from tasks.serving.sample_settings import samples_fingerprint
@@ -92,7 +97,7 @@ def prepare_judge(config: EvalConfig, benchmarks: list[Benchmark]) -> JudgeSetup
     """The judge of a run with judged benchmarks (None without): a managed judge's checkpoint is prepared now
     (converted and cached like the policy's), since its fingerprint enters the judged batches' keys."""
     judge = config.judge
-    if judge is None or not any(b.env.uses_judge for b in benchmarks):
+    if judge is None or (judge.pairwise is None and not any(b.env.uses_judge for b in benchmarks)):
         return None
     if judge.server.mode == "managed":
         model = prepare_model(judge.model, judge.server.runtime)
@@ -154,6 +159,8 @@ async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected,
         try:
             with judging(client):
                 second = await collect_all(ctx, todo, prepared.batch_task, label="judge")
+            files = [r.url for r in first.results if "/completions/" not in r.url] + [r.url for r in second.results]
+            pairs = await pairwise(prepared, client, files) if setup.config.pairwise is not None else []
             failed = False
         finally:
             await client.aclose()
@@ -164,7 +171,7 @@ async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected,
         model=setup.model.served_name, identity=setup.identity, mode=setup.config.server.mode,
         seconds=round(time.perf_counter() - started, 1), started_s=start_s[0] if start_s else None,
         asked=counts.asked, cached=counts.cached, requests=counts.requests, failed=counts.failed,
-        completion_tokens=counts.completion_tokens,
+        completion_tokens=counts.completion_tokens, pairwise=pairs,
     )  # fmt: skip
     logger.info(
         "judge %s: %d answers asked, %d cached, %d requests, %d failed, %d tokens in %.1f s",
@@ -181,6 +188,29 @@ async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected,
         planned_rollouts=planned + sum(p.batch.size for p in replanned),
     )
     return whole, info
+
+
+async def pairwise(prepared: JudgedRun, client: JudgeClient, files: list[str]) -> list[Pairwise]:
+    """This run's answers against its baseline's (the run the report compares with), pair by pair; [] without one."""
+    cfg, config, store = prepared.judge and prepared.judge.config.pairwise, prepared.config, prepared.store
+    assert cfg is not None
+    names = [b.name for b in prepared.benchmarks if cfg.benchmarks is None or b.name in cfg.benchmarks]
+    entry = find_baseline(
+        read_entries(store), prefect_deployment.name, names, prepared.run_id, run_name=config.run_name,
+        run_id=config.baseline_run_id,
+    )  # fmt: skip
+    if entry is None:
+        get_logger().info("pairwise judging: no baseline run to compare with (it needs a complete earlier run)")
+        return []
+    base_files = store.list(store.path("runs", entry.run_id, "rollouts"), "*/*.parquet")
+    this, base = answers(store, files), answers(store, base_files)
+    results = await compare_pairs(client, cfg, this, base, entry.run_id)
+    for r in results:
+        get_logger().info(
+            "pairwise %s against %s: %d pairs, %d wins, %d ties, %d losses (%d flipped with the order), %d unparsed, "
+            "%d failed", r.benchmark, entry.run_id, r.pairs, r.wins, r.ties, r.losses, r.flips, r.unparsed, r.failed,
+        )  # fmt: skip
+    return results
 
 
 def _log_path(prepared: JudgedRun) -> Path:

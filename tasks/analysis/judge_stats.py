@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import duckdb
 
-from core.record import JudgeMetric
+from core.judge_record import JudgeMetric
 from core.store import Store
 from tasks.analysis.load import duckdb_path
 

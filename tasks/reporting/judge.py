@@ -3,17 +3,54 @@ verdicts, its unreadable answers and its calibration against the rollouts' label
 
 from __future__ import annotations
 
-from core.record import JudgeInfo
-from tasks.reporting.format import fmt_num, fmt_rate
+from core.judge_record import JudgeInfo
+from tasks.reporting.format import fmt_ci, fmt_num, fmt_rate
 from tasks.reporting.parts import Section, Table
 
 TITLE = "Judge"
+PAIRWISE_TITLE = "Judge: pairwise against the baseline"
 
 
-def judge_section(judge: JudgeInfo | None) -> Section | None:
-    """The section, or None for a run without a judge."""
+def judge_sections(judge: JudgeInfo | None) -> list[Section]:
+    """The judge's sections: its verdicts and calibration, and the pairwise comparison if there was one."""
     if judge is None:
-        return None
+        return []
+    return [judge_section(judge), *([pairwise_section(judge)] if judge.pairwise else [])]
+
+
+def pairwise_section(judge: JudgeInfo) -> Section:
+    header = ["benchmark", "baseline", "pairs", "wins", "ties", "losses", "win rate", "95% CI", "flipped", "unparsed",
+              "failed"]  # fmt: skip
+    rows = [
+        [
+            p.benchmark,
+            p.baseline_run_id,
+            f"{p.pairs:,}",
+            f"{p.wins:,}",
+            f"{p.ties:,}",
+            f"{p.losses:,}",
+            fmt_rate(p.win_rate),
+            fmt_ci(p.ci_low, p.ci_high),
+            fmt_rate(p.flips / p.pairs if p.pairs else None),
+            f"{p.unparsed:,}",
+            f"{p.failed:,}",
+        ]
+        for p in judge.pairwise
+    ]
+    note = (
+        "Each pair (the same prompt and repeat in both runs) is shown to the judge twice, this run's answer first as "
+        "A, then as B. A win: both orders prefer this run's answer; a loss: both prefer the baseline's; otherwise a "
+        "tie. Flipped: the share of pairs whose verdict changed with the order (the judge's taste for a position). "
+        "Win rate: (wins + ties / 2) / judged pairs, its 95% CI clustered by prompt. Unparsed pairs (no label read) "
+        "and failed ones (judge errors) are left out of the rate."
+    )
+    if any(p.failed for p in judge.pairwise):
+        note = "INCOMPLETE: the judge failed on some pairs; the rates cover the rest. " + note
+    return Section(PAIRWISE_TITLE, Table(header, rows, note))
+
+
+def judge_section(judge: JudgeInfo) -> Section:
+    """Verdicts and calibration per judged metric, with what the judge did."""
     rows = []
     for m in judge.metrics:
         labelled = m.labelled

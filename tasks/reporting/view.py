@@ -20,7 +20,7 @@ from tasks.reporting.charts import benchmark_charts, headline_charts
 from tasks.reporting.comparison import ComparisonView, comparison_view
 from tasks.reporting.format import slug
 from tasks.reporting.headline import benchmark_metrics_section, headline_table
-from tasks.reporting.judge import judge_section
+from tasks.reporting.judge import judge_sections
 from tasks.reporting.lm_eval import TITLE as LM_EVAL_TITLE
 from tasks.reporting.lm_eval import benchmark_envs, lm_eval_table
 from tasks.reporting.parts import Chart, Section, Table
@@ -51,7 +51,7 @@ class ReportView:
     headline: Table
     benchmark_metrics: Section | None  # each benchmark's own headline metrics, one row per metric
     lm_eval: Section | None  # the scores under lm-eval's metric names, for benchmarks that declare them
-    judge: Section | None  # the judge's answers and calibration (runs with judged benchmarks)
+    judge: list[Section]  # the judge's answers, calibration and pairwise comparison (runs with a judge)
     headline_charts: list[Chart]
     empty: bool  # no rollouts at all
     run: list[Section]
@@ -131,7 +131,7 @@ def report_view(
         headline=headline_table(metrics),
         benchmark_metrics=benchmark_metrics_section(metrics),
         lm_eval=lm_eval_section(metrics, run_info),
-        judge=judge_section(run_info.judge),
+        judge=judge_sections(run_info.judge),
         headline_charts=headline_charts(metrics),
         empty=not metrics.benchmarks,
         run=run_sections(run_info),

@@ -55,7 +55,7 @@ BROKEN = [
         "unknown scorer",
         BASE.replace("scorer: exact_match", "scorer: {kind: exactmatch}"),
         "5: scorer.kind: unknown scorer 'exactmatch' (did you mean 'exact_match'?); known: code_tests, contains, "
-        "exact_match, math_verify, multiple_choice, numeric",
+        "exact_match, judge, math_verify, multiple_choice, numeric",
     ),
     (
         "unknown scorer shorthand",

@@ -325,7 +325,7 @@ def _uses_the_plugins_scorer_kind(site: Path, work: Path) -> None:
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[:3] == ["About 10.|True|10", "About 12.|False|12", "No idea.|False|None"]
-    known = "code_tests, contains, exact_match, math_verify, multiple_choice, numeric, within_percent"
+    known = "code_tests, contains, exact_match, judge, math_verify, multiple_choice, numeric, within_percent"
     assert lines[3] == (
         f"ERROR|typo.yaml:5: scorer.kind: unknown scorer 'within_percnt' (did you mean 'within_percent'?); "
         f"known: {known}"

@@ -44,6 +44,7 @@ def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
         store = tmp_path / "store"
         served = {"source": endpoint.model, "served_name": endpoint.model}
         data = {
+            "run_name": "judged",  # a run's baseline: the latest complete earlier run of the same name
             "model": served,
             "server": {"mode": "external", "base_url": proxy.base_url},
             "sampling": {"temperature": 0.8, "max_tokens": 40},
@@ -99,5 +100,31 @@ def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
         assert judge_proxy.counts.forwarded - before == questions - given
         assert fourth.run_info.judge is not None and fourth.run_info.judge.requests == questions - given
         assert len(cached_answers(store)) == 2 * questions
+
+        # pairwise against the baseline (the run above): other samples of the policy, each pair asked in both orders
+        data["sampling"]["seed"] = 7
+        data["judge"]["pairwise"] = {}
+        before_judge, before_policy = judge_proxy.counts.forwarded, proxy.counts.forwarded
+        fifth = run(data)
+        assert proxy.counts.forwarded - before_policy == 12 + 1
+        info = fifth.run_info.judge
+        assert info is not None and len(info.pairwise) == 1
+        [pairs] = info.pairwise
+        assert (pairs.benchmark, pairs.baseline_run_id, pairs.pairs, pairs.failed) == (
+            "judged_qa", fourth.run_info.run_id, 12, 0,
+        )  # fmt: skip
+        assert pairs.wins + pairs.ties + pairs.losses + pairs.unparsed == 12 and 0 <= pairs.flips <= pairs.ties
+        assert info.asked == 12 + 2 * 12 and judge_proxy.counts.forwarded - before_judge == info.requests > 0
+        report = (Path(fifth.collection.run_dir) / "report.md").read_text()
+        assert (
+            "## Judge: pairwise against the baseline" in report
+            and f"| judged_qa | {fourth.run_info.run_id} | 12 |" in report
+        )
+        # asked again (the same baseline named): every answer cached, the same verdicts
+        data["baseline_run_id"] = fourth.run_info.run_id
+        before_judge = judge_proxy.counts.forwarded
+        sixth = run(data)
+        assert judge_proxy.counts.forwarded == before_judge and sixth.run_info.judge is not None
+        assert sixth.run_info.judge.pairwise == info.pairwise
     finally:
         judge_proxy.stop()
