@@ -16,9 +16,10 @@ import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from core.config import JudgeSampling
 from core.logs import get_logger
@@ -150,7 +151,8 @@ class JudgeClient(Judge):
             self.counts.requests += 1
             try:
                 response = await client.chat.completions.create(
-                    model=served.model, messages=messages, temperature=self.sampling.temperature,  # type: ignore[arg-type]
+                    model=served.model, messages=cast("list[ChatCompletionMessageParam]", messages),
+                    temperature=self.sampling.temperature,
                     top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens, seed=seed,
                     extra_body=self.sampling.extra_body or None,
                 )  # fmt: skip

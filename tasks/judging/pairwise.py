@@ -63,8 +63,8 @@ def read_label(text: str, labels: dict[str, Literal["a", "b", "tie"]]) -> Litera
     found = re.findall(rf"(?<![\w-])({words})(?![\w-])", text, re.IGNORECASE)
     if not found:
         return None
-    by_fold = {w.casefold(): meaning for w, meaning in labels.items()}
-    return by_fold.get(found[-1].casefold())
+    by_fold: dict[str, Literal["a", "b", "tie"]] = {w.casefold(): meaning for w, meaning in labels.items()}
+    return by_fold.get(str(found[-1]).casefold())
 
 
 def outcome(first: str | None, second: str | None) -> tuple[Side | None, bool]:

@@ -18,7 +18,7 @@ from envs.task_score import ExactMatchScorer
 from envs.task_spec import TaskSpecError, load_task_spec
 
 BUILT_IN_EXTRACTORS = ["boxed", "choice_letter", "code", "json_field", "last_number", "regex", "whole"]
-BUILT_IN_SCORERS = ["code_tests", "contains", "exact_match", "math_verify", "multiple_choice", "numeric"]
+BUILT_IN_SCORERS = ["code_tests", "contains", "exact_match", "judge", "math_verify", "multiple_choice", "numeric"]
 
 KIND_SOURCE = '''
 from typing import ClassVar, Literal

@@ -16,11 +16,13 @@ from core.config import EvalConfig
 from core.record import RunRecord
 from flows.eval import eval_flow
 from tasks.collection.failures import RunFailed
+from tasks.judging import client as judge_client
 from tasks.serving.server import Endpoint
 from tests.conftest import REPO_ROOT
 from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
+N = 8  # rollouts: 4 prompts x 2 repeats
 
 
 def run(data: dict) -> RunRecord:
@@ -34,6 +36,7 @@ def cached_answers(store: Path) -> list[dict]:
 def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
     proxy: FaultProxy, endpoint: Endpoint, prefect_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(judge_client, "BACKOFF_S", 0.05)  # a dead judge is given up on sooner
     judge_proxy = FaultProxy(endpoint.base_url.removesuffix("/v1")).start()
     try:
         task = tmp_path / "tasks" / "judged_qa.yaml"
@@ -48,36 +51,36 @@ def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
             "model": served,
             "server": {"mode": "external", "base_url": proxy.base_url},
             "sampling": {"temperature": 0.8, "max_tokens": 40},
-            "benchmarks": [{"task": "judged_qa.yaml", "limit": 6, "repeats": 2}],
+            "benchmarks": [{"task": "judged_qa.yaml", "limit": 4, "repeats": 2}],
             "collection": {"batch_size": 4, "batch_retries": 0},
             "store": {"url": str(store)},
             "judge": {"model": served, "server": {"mode": "external", "base_url": judge_proxy.base_url}},
         }
         first = run(data)
         assert first.run_info.status.state == "complete"
-        assert proxy.counts.forwarded == 12 + 1  # 12 rollouts and the endpoint check
+        assert proxy.counts.forwarded == N + 1  # N rollouts and the endpoint check
         # one greedy judge answer per question: rollouts with the same answer to the same prompt share one
         questions = len(cached_answers(store))
-        assert judge_proxy.counts.forwarded == questions and 6 <= questions <= 12
+        assert judge_proxy.counts.forwarded == questions and N // 2 <= questions <= N
         judge = first.run_info.judge
-        assert judge is not None and (judge.asked, judge.requests, judge.failed) == (12, questions, 0)
-        assert judge.cached == 12 - questions
+        assert judge is not None and (judge.asked, judge.requests, judge.failed) == (N, questions, 0)
+        assert judge.cached == N - questions
         [stats] = judge.metrics
-        assert (stats.benchmark, stats.metric, stats.judged, stats.labelled) == ("judged_qa", "judge_correct", 12, 12)
-        assert stats.both_pass + stats.judge_only + stats.label_only + stats.both_fail == 12
+        assert (stats.benchmark, stats.metric, stats.judged, stats.labelled) == ("judged_qa", "judge_correct", N, N)
+        assert stats.both_pass + stats.judge_only + stats.label_only + stats.both_fail == N
         bench = first.benchmarks["judged_qa"]
         metrics = {m.key: m.value for m in bench.env_metrics}
-        assert metrics["judge_correct"] == stats.passed / 12 == bench.accuracy
+        assert metrics["judge_correct"] == stats.passed / N == bench.accuracy
         assert "judge_correct_unparsed" in metrics and "contains_reference" in metrics
         report = (Path(first.collection.run_dir) / "report.md").read_text()
-        assert "## Judge" in report and "| judged_qa | judge_correct | 12 |" in report
+        assert "## Judge" in report and f"| judged_qa | judge_correct | {N} |" in report
 
         # a scoring change the judge's questions do not see (the rule metric's case): rescored, the judge's answers
         # all from its cache: not one request to either server
         task.write_text(task.read_text().replace("ignore_case: true", "ignore_case: false"))
         second = run(data)
-        assert (proxy.counts.forwarded, judge_proxy.counts.forwarded) == (13, questions)
-        assert second.run_info.judge is not None and second.run_info.judge.cached == 12
+        assert (proxy.counts.forwarded, judge_proxy.counts.forwarded) == (N + 1, questions)
+        assert second.run_info.judge is not None and second.run_info.judge.cached == N
         assert second.benchmarks["judged_qa"].accuracy == bench.accuracy
 
         # a rubric edit asks the judge again (and only the judge); the judge dies after 5 answers
@@ -87,7 +90,7 @@ def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
         with pytest.raises(RunFailed, match="judge errors"):
             run(data)
         given = judge_proxy.counts.answered - answered
-        assert proxy.counts.forwarded == 13 and given >= 5
+        assert proxy.counts.forwarded == N + 1 and given >= 5
         # every answer the judge gave is cached, and nothing else is
         assert len(cached_answers(store)) == questions + given
         assert all(a["text"] and a["finish_reason"] for a in cached_answers(store))
@@ -96,7 +99,7 @@ def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
         judge_proxy.refuse, judge_proxy.die_after = False, None
         before = judge_proxy.counts.forwarded
         fourth = run(data)
-        assert fourth.run_info.status.state == "complete" and proxy.counts.forwarded == 13
+        assert fourth.run_info.status.state == "complete" and proxy.counts.forwarded == N + 1
         assert judge_proxy.counts.forwarded - before == questions - given
         assert fourth.run_info.judge is not None and fourth.run_info.judge.requests == questions - given
         assert len(cached_answers(store)) == 2 * questions
@@ -106,25 +109,19 @@ def test_a_judged_task_runs_rescores_for_free_and_survives_its_judge_dying(
         data["judge"]["pairwise"] = {}
         before_judge, before_policy = judge_proxy.counts.forwarded, proxy.counts.forwarded
         fifth = run(data)
-        assert proxy.counts.forwarded - before_policy == 12 + 1
+        assert proxy.counts.forwarded - before_policy == N + 1
         info = fifth.run_info.judge
         assert info is not None and len(info.pairwise) == 1
         [pairs] = info.pairwise
         assert (pairs.benchmark, pairs.baseline_run_id, pairs.pairs, pairs.failed) == (
-            "judged_qa", fourth.run_info.run_id, 12, 0,
+            "judged_qa", fourth.run_info.run_id, N, 0,
         )  # fmt: skip
-        assert pairs.wins + pairs.ties + pairs.losses + pairs.unparsed == 12 and 0 <= pairs.flips <= pairs.ties
-        assert info.asked == 12 + 2 * 12 and judge_proxy.counts.forwarded - before_judge == info.requests > 0
+        assert pairs.wins + pairs.ties + pairs.losses + pairs.unparsed == N and 0 <= pairs.flips <= pairs.ties
+        assert info.asked == N + 2 * N and judge_proxy.counts.forwarded - before_judge == info.requests > 0
         report = (Path(fifth.collection.run_dir) / "report.md").read_text()
         assert (
             "## Judge: pairwise against the baseline" in report
-            and f"| judged_qa | {fourth.run_info.run_id} | 12 |" in report
+            and f"| judged_qa | {fourth.run_info.run_id} | {N} |" in report
         )
-        # asked again (the same baseline named): every answer cached, the same verdicts
-        data["baseline_run_id"] = fourth.run_info.run_id
-        before_judge = judge_proxy.counts.forwarded
-        sixth = run(data)
-        assert judge_proxy.counts.forwarded == before_judge and sixth.run_info.judge is not None
-        assert sixth.run_info.judge.pairwise == info.pairwise
     finally:
         judge_proxy.stop()
