@@ -38,6 +38,7 @@ from tasks.judging.pairwise import answers, compare_pairs
 from tasks.reporting.index import read_entries
 from tasks.serving.keeper import active_keeper
 from tasks.serving.managed import Managed, start_managed
+from tasks.serving.preflight import check_endpoint
 from tasks.serving.sample_settings import samples_fingerprint
 from tasks.serving.server import Endpoint
 
@@ -80,7 +81,7 @@ class JudgedRun(Protocol):
 
 def check_judged(config: EvalConfig, benchmarks: list[Benchmark]) -> None:
     """A benchmark scored by a judge needs `judge:` in the config, and must be single-turn (its completions are
-    judged after collection): fails before anything starts."""
+    judged after collection); an external judge must answer. Fails before anything starts."""
     for i, bench in enumerate(benchmarks):
         if not bench.env.uses_judge:
             continue
@@ -91,6 +92,13 @@ def check_judged(config: EvalConfig, benchmarks: list[Benchmark]) -> None:
             )
         if not isinstance(bench.env, SingleTurnEnv):
             raise ConfigError(f"benchmarks.{i} ({bench.name}): only single-turn benchmarks can be judged")
+    judge = config.judge
+    if judge is not None and judge.server.mode == "external":
+        # reachable and serving the judge before the policy spends minutes (GET /models: no answer is asked for)
+        name = judge.model.served_name or judge.model.source
+        name_field = "judge.model.served_name" if judge.model.served_name else "judge.model.source"
+        endpoint = Endpoint(judge.server.base_urls[0], name, judge.server.api_key.get_secret_value())
+        check_endpoint(endpoint, url_field="judge.server.base_url", name_field=name_field, chat=False, plain=False)
 
 
 def prepare_judge(config: EvalConfig, benchmarks: list[Benchmark]) -> JudgeSetup | None:

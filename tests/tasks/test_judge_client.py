@@ -18,6 +18,7 @@ from errors import ConfigError
 from flows.plan import preflight
 from tasks.judging import client as judge_client
 from tasks.judging.client import JudgeClient, answer_url, judge_identity
+from tasks.serving.preflight import EndpointError
 from tasks.serving.server import Endpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -94,4 +95,17 @@ def test_a_judged_task_without_a_judge_fails_before_anything_starts(tmp_path: Pa
         "server": {"mode": "external", "base_url": "http://127.0.0.1:9/v1"},
     })  # fmt: skip
     with pytest.raises(ConfigError, match=r"benchmarks\.0 \(judged_qa\) is scored by a judge model: set `judge:`"):
+        preflight(config, probe=False)
+
+
+def test_an_unreachable_external_judge_fails_before_anything_starts_naming_its_field(tmp_path: Path) -> None:
+    config = EvalConfig.model_validate({
+        "benchmarks": [{"task": str(REPO_ROOT / "examples/tasks/judged_qa.yaml")}],
+        "store": {"url": str(tmp_path / "store")},
+        "server": {"mode": "external", "base_url": "http://127.0.0.1:9/v1"},
+        "judge": {"server": {"mode": "external", "base_url": f"http://127.0.0.1:{closed_port()}/v1"}},
+    })  # fmt: skip
+    with pytest.raises(
+        EndpointError, match=r"^judge\.server\.base_url http://127\.0\.0\.1:\d+/v1: .*fix judge\.server"
+    ):
         preflight(config, probe=False)
