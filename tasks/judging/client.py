@@ -76,6 +76,7 @@ class JudgeClient(Judge):
     _limit: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
     _starting: asyncio.Lock | None = field(default=None, init=False, repr=False)
     _inflight: dict[str, asyncio.Future[str]] = field(default_factory=dict, init=False, repr=False)
+    _broken: str | None = field(default=None, init=False, repr=False)
 
     def key(self, messages: list[dict[str, str]], sample: int) -> str:
         payload = {"judge": self.fingerprint, "messages": messages, "sample": sample}
@@ -136,8 +137,14 @@ class JudgeClient(Judge):
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
+            if self._broken is not None:  # the judge's server did not start: no second start per question
+                raise JudgeFailed(self._broken)
             if self._client is None or self._served is None:
-                served = await self.endpoint()
+                try:
+                    served = await self.endpoint()
+                except Exception as exc:
+                    self._broken = " ".join(f"the judge's server did not start: {type(exc).__name__}: {exc}".split())
+                    raise JudgeFailed(self._broken[:500]) from None
                 self._client = openai.AsyncOpenAI(
                     base_url=served.base_url, api_key=served.api_key, timeout=self.timeout_s, max_retries=0
                 )

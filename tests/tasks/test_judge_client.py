@@ -109,3 +109,23 @@ def test_an_unreachable_external_judge_fails_before_anything_starts_naming_its_f
         EndpointError, match=r"^judge\.server\.base_url http://127\.0\.0\.1:\d+/v1: .*fix judge\.server"
     ):
         preflight(config, probe=False)
+
+
+def test_a_judge_server_that_does_not_start_is_started_once_and_every_question_fails_as_a_judge_error(
+    tmp_path: Path,
+) -> None:
+    starts: list[int] = []
+
+    async def endpoint() -> Endpoint:
+        starts.append(1)
+        raise RuntimeError("vLLM exited during start-up; its log: ...")
+
+    c = JudgeClient("judge", JudgeSampling(), Store(str(tmp_path)), endpoint)
+
+    async def main() -> list[BaseException | str]:
+        questions = [[{"role": "user", "content": f"q{i}"}] for i in range(5)]
+        return await asyncio.gather(*(c.ask(q) for q in questions), return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert starts == [1] and all(isinstance(o, JudgeFailed) for o in outcomes)
+    assert "the judge's server did not start: RuntimeError: vLLM exited during start-up" in str(outcomes[0])
