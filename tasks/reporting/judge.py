@@ -3,7 +3,9 @@ verdicts, its unreadable answers and its calibration against the rollouts' label
 
 from __future__ import annotations
 
-from core.judge_record import JudgeInfo
+import plotly.graph_objects as go
+
+from core.judge_record import JudgeInfo, Pairwise
 from tasks.reporting.format import fmt_ci, fmt_num, fmt_rate
 from tasks.reporting.parts import Section, Table
 
@@ -74,3 +76,30 @@ def judge_section(judge: JudgeInfo) -> Section:
     header = ["benchmark", "metric", "judged", "passed", "unparsed", "labelled", "judge pass", "label pass",
               "pass/judge only/label only/fail", "agreement", "kappa"]  # fmt: skip
     return Section(TITLE, Table(header, rows, note))
+
+
+def pairwise_figure(steps: list[int], results: list[Pairwise | None]) -> go.Figure | None:
+    """A training run's judge win rate per step against each step's baseline (the step evaluated before it, under
+    the same run name or deployment), with its 95% CI band; None when no step was judged pairwise."""
+    judged = [(s, r) for s, r in zip(steps, results, strict=True) if r is not None and r.win_rate is not None]
+    if not judged:
+        return None
+    xs = [s for s, _ in judged]
+    fig = go.Figure()
+    band = [(s, r.ci_low, r.ci_high) for s, r in judged if r.ci_low is not None and r.ci_high is not None]
+    if band:
+        fig.add_trace(go.Scatter(
+            x=[s for s, _, _ in band] + [s for s, _, _ in reversed(band)],
+            y=[hi for _, _, hi in band] + [lo for _, lo, _ in reversed(band)],
+            fill="toself", fillcolor="rgba(99, 110, 250, 0.18)", line={"width": 0}, hoverinfo="skip",
+            name="95% CI (clustered by prompt)",
+        ))  # fmt: skip
+    fig.add_trace(go.Scatter(
+        x=xs, y=[r.win_rate for _, r in judged], mode="lines+markers", name="win rate",
+        line={"color": "#636efa", "width": 3}, customdata=[[r.baseline_run_id, r.flips / r.pairs if r.pairs else 0]
+                                                          for _, r in judged],
+        hovertemplate="win rate %{y:.1%} against %{customdata[0]} (%{customdata[1]:.0%} flipped)<extra></extra>",
+    ))  # fmt: skip
+    fig.add_hline(y=0.5, line={"dash": "dot", "color": "#888"})  # no better, no worse than the baseline
+    fig.update_layout(yaxis={"title": "win rate against the baseline", "range": [0, 1], "tickformat": ".0%"})
+    return fig

@@ -17,11 +17,12 @@ import itertools
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
 
+from core.judge_record import Pairwise
 from core.metrics_doc import BenchmarkMetrics, Interval
 from core.record import ComparisonRow, IndexEntry
 from core.store import Store, StoreError
@@ -32,6 +33,7 @@ from tasks.reporting.charts import bounds, chart, rate_axis
 from tasks.reporting.format import NONE, browser_url, fmt_ci, fmt_delta, fmt_num, fmt_rate, relative_link, slug
 from tasks.reporting.index import read_entries
 from tasks.reporting.index_page import TRAINING_DIR, best_step, step_runs, training_page
+from tasks.reporting.judge import pairwise_figure
 from tasks.reporting.parts import Chart, Table
 from tasks.reporting.render import render_html, render_markdown
 
@@ -61,6 +63,7 @@ class CurvePoint:
     finished_at: str | None
     report: str | None  # the step's report.html, relative to the store root (as its index entry names it)
     benchmarks: dict[str, BenchmarkMetrics]
+    pairwise: dict[str, Pairwise] = field(default_factory=dict)  # the judge's verdicts against its baseline
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,10 @@ def _points(store: Store, entries: list[IndexEntry], training_run: str) -> list[
                     "training run %s, step %d: leaving out run %s (%s)", training_run, step, entry.run_id, exc
                 )
                 continue
-            points.append(CurvePoint(step, entry.run_id, entry.finished_at, entry.report, dict(record.benchmarks)))
+            pairs = {p.benchmark: p for p in record.run_info.judge.pairwise} if record.run_info.judge else {}
+            points.append(
+                CurvePoint(step, entry.run_id, entry.finished_at, entry.report, dict(record.benchmarks), pairs)
+            )
             break
     return points
 
@@ -243,23 +249,15 @@ def curve_charts(points: list[CurvePoint], name: str, index: int, best: int | No
     tokens.update_layout(yaxis={"title": "tokens per rollout", "rangemode": "tozero"}, showlegend=thinks)
     figures = [(rates, "rates", "accuracy (95% CI) and pass@k"), (reward, "reward", "mean reward (95% CI)"),
                (tokens, "tokens", "mean completion tokens" + (", reasoning and answer" if thinks else ""))]  # fmt: skip
+    if (judged := pairwise_figure(steps, [p.pairwise.get(name) for p in points if name in p.benchmarks])) is not None:
+        figures.append((judged, "pairwise", "the judge's win rate against the baseline (95% CI)"))
     if thinks:
         cut = go.Figure()
-        _band(
-            cut,
-            steps,
-            [bm.reasoning.ended_in_reasoning_ci if bm.reasoning else None for _, bm in mine],
-            "95% CI (Wilson)",
-        )
+        cut_cis = [bm.reasoning.ended_in_reasoning_ci if bm.reasoning else None for _, bm in mine]
+        _band(cut, steps, cut_cis, "95% CI (Wilson)")
         rates_cut = [bm.reasoning.ended_in_reasoning_rate if bm.reasoning else None for _, bm in mine]
-        _series(
-            cut,
-            steps,
-            rates_cut,
-            "truncated while reasoning",
-            "%{y:.2%} truncated while reasoning<extra></extra>",
-            _MAIN,
-        )
+        hover = "%{y:.2%} truncated while reasoning<extra></extra>"
+        _series(cut, steps, rates_cut, "truncated while reasoning", hover, _MAIN)
         cut.update_layout(yaxis={"title": "share of rollouts", "tickformat": ".0%", "rangemode": "tozero"})
         figures.append((cut, "truncated", "truncated while reasoning (95% CI)"))
     out = []

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from core.judge_record import JudgeInfo, Pairwise
 from core.schema import to_parquet_bytes
 from core.store import Store
 from tasks.analysis.metrics import compute_metrics
@@ -37,6 +38,7 @@ RUNS = [
     ("plain", None, None, "complete", 4, "2025-01-06T01:00:00+00:00"),
 ]
 PROMPTS, REPEATS = 40, 4
+JUDGED = {"t-s200": 0.41, "t-s300": 0.62}  # the judge's win rate of a step against its baseline
 
 
 def rows(run_id: str, step: int, tenths: int) -> dict[str, list[dict[str, Any]]]:
@@ -68,6 +70,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
         ]
         metrics = compute_metrics(files, store)
         info = run_info(run_id=run_id, training_run=training, step=step, status=state, finished_at=finished)
+        if run_id in JUDGED:  # the judge's pairwise verdicts against the step before
+            pairwise = Pairwise(benchmark="gsm8k", baseline_run_id="t-s100", pairs=160, wins=40, ties=50, losses=70,
+                                flips=30, win_rate=JUDGED[run_id], ci_low=JUDGED[run_id] - 0.08,
+                                ci_high=JUDGED[run_id] + 0.08)  # fmt: skip
+            judge = JudgeInfo(model="judge", identity="i", mode="external", pairwise=[pairwise])
+            info = info.model_copy(update={"judge": judge})
         urls = write_report(store.path("runs", run_id), metrics, info, files, store)
         update_index(store, index_entry(info, metrics, urls, store.url))
     write_curve_report(store, TRAINING)
@@ -161,7 +169,7 @@ def test_the_pages_links_resolve_to_files_in_the_store(store: Store) -> None:
     for link in links:
         assert (page.parent / link).resolve().is_file(), link
     html = page.read_text()
-    assert html.count('class="plotly-graph-div"') == 6  # per benchmark: rates, reward, tokens
+    assert html.count('class="plotly-graph-div"') == 7  # per benchmark: rates, reward, tokens; gsm8k's judge
     assert re.findall(r'<tr data-step="(\d+)" class="best-step">', html) == ["100", "100"]  # gsm8k's, math's
     assert "t-s200-failed" not in html and "t-s300-old" not in html and "o-s100" not in html
     assert "1 not complete" in html and "1 superseded" in html
@@ -197,6 +205,14 @@ def test_the_page_renders_in_chromium_without_errors(store: Store) -> None:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
         page = Page(browser, local(store, "training", TRAINING, "index.html").as_uri())
         divs, plots, with_svg = page.charts_rendered()
-        assert divs == plots == with_svg == 6
+        assert divs == plots == with_svg == 7  # three per benchmark and gsm8k's judge
         assert page.errors == []
         browser.close()
+
+
+def test_a_steps_pairwise_judge_verdicts_are_on_the_curve(store: Store) -> None:
+    points = curve_points(store, TRAINING)
+    assert {p.step: p.pairwise["gsm8k"].win_rate for p in points if p.pairwise} == {200: 0.41, 300: 0.62}
+    page = local(store, "training", TRAINING, "index.html").read_text()
+    assert "gsm8k: the judge's win rate against the baseline (95% CI) by step" in page
+    assert "math: the judge's win rate" not in page  # no step judged math pairwise: no chart
