@@ -41,7 +41,7 @@ FULL_ONLY: dict[str, int] = {
     "tests/flows/test_progress_e2e.py": 288,
     # a managed judge server SIGKILLed mid-phase, then a new one asks only the rest (CI: tests/flows/test_judge_e2e.py,
     # whose judge dies behind the fault proxy; tests/tasks/test_judge_client.py)
-    "tests/flows/test_judge_kill_e2e.py": 150,
+    "tests/flows/test_judge_kill_e2e.py": 220,
     # cached completions rescored after a scoring change, and the YAML twin of gsm8k scored alike (CI:
     # tests/tasks/test_rescore_reasoning.py rescores stored batches without a server,
     # tests/tasks/test_generation_key.py keys generation apart from scoring, tests/envs/test_task_gsm8k_twin.py)
