@@ -36,6 +36,7 @@ from tasks.reporting.headline import (
     headline_table,
 )
 from tasks.reporting.index import index_entry, update_index
+from tasks.reporting.judge import judge_sections
 from tasks.reporting.parts import Link, Section, Table, text_lines
 from tasks.reporting.render import render_html, render_markdown
 from tasks.reporting.view import lm_eval_section, report_title, report_view
@@ -99,6 +100,7 @@ class ArtifactView:
     headline: Table
     benchmark_metrics: Section | None
     lm_eval: Section | None
+    judge: list[Section]  # the judge's verdicts and calibration, and the pairwise comparison
     links: list[Link]
     metrics_url: str
     markdown_url: str
@@ -116,6 +118,7 @@ def artifact_markdown(
         headline=headline_table(metrics),
         benchmark_metrics=benchmark_metrics_section(metrics),
         lm_eval=lm_eval_section(as_run_metrics(metrics), run_info),
+        judge=judge_sections(run_info.judge),
         links=links,
         metrics_url=urls["metrics"],
         markdown_url=urls["markdown"],

@@ -427,3 +427,18 @@ def test_skipped_long_prompts_are_said_under_the_title(store: Store, run_files: 
     assert "long_prompts" not in md  # a note, not a dict in the Run table
     plain = write_report(store.path("plain"), metrics, run_info(), run_files, store)
     assert "Skipped, as" not in read(plain["markdown"])
+
+
+def test_the_artifact_and_report_carry_the_judges_sections(report) -> None:
+    from core.judge_record import JudgeInfo, JudgeMetric, Pairwise
+
+    urls, metrics = report
+    metric = JudgeMetric(benchmark="gsm8k", metric="judged", judged=12, unparsed=1, passed=5, answers=12, labelled=11,
+                         both_pass=4, judge_only=1, label_only=2, both_fail=4, agreement=0.73, kappa=0.45)  # fmt: skip
+    pairs = Pairwise(benchmark="gsm8k", baseline_run_id="r0", pairs=12, wins=5, ties=4, losses=3, flips=2,
+                     win_rate=7 / 12, ci_low=0.4, ci_high=0.75)  # fmt: skip
+    judge = JudgeInfo(model="qwen3-8b", identity="i", mode="external", asked=36, requests=30, metrics=[metric],
+                      pairwise=[pairs])  # fmt: skip
+    md = artifact_markdown(urls, metrics, run_info().model_copy(update={"judge": judge}))
+    assert "**Judge**" in md and "| gsm8k | judged | 12 | 41.67% | 8.33% | 11 |" in md
+    assert "**Judge: pairwise against the baseline**" in md and "| gsm8k | r0 | 12 | 5 | 4 | 3 | 58.33% |" in md
