@@ -17,7 +17,7 @@ import contextlib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -151,15 +151,19 @@ def _last_json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
+def named_labels(text: str, labels: Iterable[str], ignore_case: bool = True) -> list[str]:
+    """The labels `text` names as words, in order (a label inside a longer word, as `A` in `A-grade`, is none)."""
+    words = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
+    return re.findall(rf"(?<![\w-])({words})(?![\w-])", text, re.IGNORECASE if ignore_case else 0)
+
+
 def read_verdict(spec: LabelVerdict | ScaleVerdict | JsonVerdict, text: str) -> Reading:
     """What one judge answer says, by the verdict spec; UNREAD when it says nothing the spec can read."""
     if isinstance(spec, LabelVerdict):
         if spec.pattern is not None:
             found = [m.group(1) if m.groups() else m.group(0) for m in re.finditer(spec.pattern, text)]
         else:
-            words = "|".join(re.escape(label) for label in sorted(spec.labels, key=len, reverse=True))
-            flags = re.IGNORECASE if spec.ignore_case else 0
-            found = re.findall(rf"(?<![\w-])({words})(?![\w-])", text, flags)
+            found = named_labels(text, spec.labels, spec.ignore_case)
         return _label(found[-1].strip(), spec.labels, spec.ignore_case) if found else UNREAD
     if isinstance(spec, ScaleVerdict):
         found = re.findall(spec.pattern or f"({_NUMBER})", text)

@@ -132,6 +132,7 @@ async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected,
         sum(p.cached is not None for p in todo), sum(p.rescore_from is not None for p in todo),
         len(replanned) - len(todo),
     )  # fmt: skip
+    kept = [r for r in first.results if "/completions/" not in r.url]  # the policy's own, judged or not
     managed: list[Managed] = []
     start_s: list[float] = []
     failed = True
@@ -167,7 +168,7 @@ async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected,
         try:
             with judging(client):
                 second = await collect_all(ctx, todo, prepared.batch_task, label="judge")
-            files = [r.url for r in first.results if "/completions/" not in r.url] + [r.url for r in second.results]
+            files = [r.url for r in kept + second.results]
             pairs = await pairwise(prepared, client, files) if setup.config.pairwise is not None else []
             failed = False
         finally:
@@ -185,7 +186,6 @@ async def judge_phase(prepared: JudgedRun, first: Collected) -> tuple[Collected,
         "judge %s: %d answers asked, %d cached, %d requests, %d failed, %d tokens in %.1f s",
         info.model, info.asked, info.cached, info.requests, info.failed, info.completion_tokens, info.seconds,
     )  # fmt: skip
-    kept = [r for r in first.results if "/completions/" not in r.url]
     # a failed completions batch's finished rollouts have no verdict: never analysed (its next attempt reads them)
     unjudged = {partial_url(store, p.batch) for p in prepared.work if p.batch.completions}
     lost = [BatchFailed(f.summary) if f.kept_url in unjudged else f for f in first.failed]

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from envs.base import Score, SingleTurnEnv
-from tasks.collection.plan import Batch, Planned
+from tasks.collection.plan import Planned
 
 
 class Unjudged(SingleTurnEnv):
@@ -65,12 +65,3 @@ def for_collection(work: list[Planned]) -> list[Planned]:
             batch = dataclasses.replace(item.batch, key=item.batch.generation, completions=True)
             out.append(Planned(Unjudged(item.env), batch, stale=item.stale))
     return out
-
-
-def judged_benchmarks(work: list[Planned]) -> bool:
-    """Whether any batch of the run is judged."""
-    return any(item.env.uses_judge for item in work)
-
-
-def is_completions(batch: Batch) -> bool:
-    return batch.completions

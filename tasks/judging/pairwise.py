@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 from collections import defaultdict
 from typing import Any, Literal
 
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 from core.config import PairwiseConfig
 from core.judge_record import Pairwise
 from core.store import Store
-from envs.judge import Judge, JudgeFailed
+from envs.judge import Judge, JudgeFailed, named_labels
 from envs.task_spec import compile_template
 from tasks.analysis.stats import clustered_interval
 
@@ -59,8 +58,7 @@ def last_user_message(messages: Any) -> str:
 
 def read_label(text: str, labels: dict[str, Literal["a", "b", "tie"]]) -> Literal["a", "b", "tie"] | None:
     """The meaning of the last of the judge's words named in its answer (case ignored), or None."""
-    words = "|".join(re.escape(w) for w in sorted(labels, key=len, reverse=True))
-    found = re.findall(rf"(?<![\w-])({words})(?![\w-])", text, re.IGNORECASE)
+    found = named_labels(text, labels)
     if not found:
         return None
     by_fold: dict[str, Literal["a", "b", "tie"]] = {w.casefold(): meaning for w, meaning in labels.items()}
