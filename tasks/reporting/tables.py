@@ -278,7 +278,8 @@ def _status_cell(status: RunStatus) -> str:
 
 
 # run_info fields shown in their own tables or notes, or only when set (a training run's step)
-_OWN_SECTIONS = {"config", "timings", "cpu_timings", "provenance", "shards", "long_prompts", "status"}
+# `judge` has sections of its own (tasks/reporting/judge.py), above
+_OWN_SECTIONS = {"config", "timings", "cpu_timings", "provenance", "shards", "long_prompts", "status", "judge"}
 _WHEN_SET = {"training_run", "step", "rescored_from"}
 
 
