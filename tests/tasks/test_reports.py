@@ -442,12 +442,3 @@ def test_the_artifact_and_report_carry_the_judges_sections(report) -> None:
     md = artifact_markdown(urls, metrics, run_info().model_copy(update={"judge": judge}))
     assert "**Judge**" in md and "| gsm8k | judged | 12 | 41.67% | 8.33% | 11 |" in md
     assert "**Judge: pairwise against the baseline**" in md and "| gsm8k | r0 | 12 | 5 | 4 | 3 | 58.33% |" in md
-
-
-def test_the_run_table_leaves_the_judge_to_its_own_sections() -> None:
-    from core.judge_record import JudgeInfo
-    from tasks.reporting.tables import run_sections
-
-    info = run_info().model_copy(update={"judge": JudgeInfo(model="qwen3-8b", identity="i", mode="external")})
-    [run, *_] = run_sections(info)
-    assert run.title == "Run" and "judge" not in [row[0] for row in run.table.rows]
