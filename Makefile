@@ -50,7 +50,8 @@ browser:
 	  else echo "chromium is missing: install Debian's chromium package for the HTML tests" >&2; exit 1; fi; }
 
 # The real path: server, blocks, deployments, a worker, a flow run of eval/smoke followed in the terminal.
-demo: runtime
+# `evalflow demo` creates the vLLM runtime itself, while the Prefect server starts
+demo: sync
 	$(RUN) evalflow demo
 
 demo-local: runtime

@@ -96,9 +96,13 @@ def demo() -> None:
     """Run eval/smoke through a local Prefect server and worker (SmolLM2 on vLLM CPU), following its logs
     here; print its headline table and report.
 
-    Starts the server, creates the work pools, saves the blocks, deploys prefect.yaml and starts a CPU
-    worker first, each only if missing. `evalflow local stop` stops the server and workers.
+    Starts the server, creates the vLLM runtime, the work pools and the blocks, deploys prefect.yaml and
+    starts a CPU worker first, each only if missing; the deployment's model is converted while the
+    deployments are made. `evalflow local stop` stops the server and workers.
     """
+    from cli.common import log_to_stderr
     from ops.deploy import demo as run_demo
+
+    log_to_stderr()  # the runtime's and the conversion's progress lines
 
     raise typer.Exit(run_demo())

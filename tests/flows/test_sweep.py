@@ -162,7 +162,7 @@ def test_cli_dry_run_prints_each_point_and_starts_nothing(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(p["values"], p["rollouts"]["to_generate"]) for p in lines] == [
-        ({"benchmarks.0.repeats": 1}, 20),
-        ({"benchmarks.0.repeats": 3}, 60),
+        ({"benchmarks.0.repeats": 1}, 12),
+        ({"benchmarks.0.repeats": 3}, 36),
     ]
     assert not store.exists()  # nothing written, nothing started
