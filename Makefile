@@ -50,9 +50,11 @@ browser:
 	  else echo "chromium is missing: install Debian's chromium package for the HTML tests" >&2; exit 1; fi; }
 
 # The real path: server, blocks, deployments, a worker, a flow run of eval/smoke followed in the terminal.
-# `evalflow demo` creates the vLLM runtime itself, while the Prefect server starts
-demo: sync
-	$(RUN) evalflow demo
+# `evalflow demo` creates the vLLM runtime itself, while the Prefect server starts. Without the dev tools (test,
+# lint and docs packages: a third of a first sync's downloads); --inexact keeps them where `make test` put them.
+demo: uv
+	$(UV) sync --frozen --no-dev --inexact
+	$(RUN) --no-dev evalflow demo
 
 demo-local: runtime
 	$(RUN) evalflow run --config configs/demo.yaml

