@@ -105,6 +105,14 @@ class _Ahead(threading.Thread):
     A server block changed since it was saved is not seen here: the run then prepares its model itself."""
 
     def __init__(self, deployment: str) -> None:
+        # What both threads import, imported here, on the caller's: two threads importing the same modules for
+        # the first time can deadlock on Python's import locks (Prefect's plugins import blocks/, which imports
+        # prefect.client.orchestration, which the main thread imports for the work pools meanwhile).
+        import prefect.client.orchestration  # noqa: F401  # why: imported before the thread starts
+
+        import blocks.defaults  # noqa: F401  # why: as above
+        import tasks.checkpoints.prepare  # noqa: F401  # why: as above
+
         super().__init__(name=f"prepare {deployment}", daemon=True)
         self.deployment, self.started, self.outcome = deployment, time.monotonic(), ""
 

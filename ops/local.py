@@ -290,9 +290,11 @@ async def follow(
     timeout_s: float | None = None,
     settle_s: float = 5.0,
     out: Callable[[str], None] = print,
+    done: Callable[[], bool] = lambda: False,
 ) -> Any:
     """Print the flow run's logs and state changes as they come until it ends (or `timeout_s` passes);
-    return the flow run as last read."""
+    return the flow run as last read. After its final state, lines are read for `settle_s` more, unless
+    `done()` says the run's own last line was printed already."""
     from prefect.client.orchestration import PrefectClient
 
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
@@ -314,7 +316,7 @@ async def follow(
             if flow_run.state is not None and flow_run.state.is_final():
                 # the run's last lines reach the API after its final state (sent every 2 s, and at exit)
                 settled = time.monotonic() + settle_s
-                while time.monotonic() < settled:
+                while time.monotonic() < settled and not done():
                     await asyncio.sleep(poll_s)
                     for line in await follower.new_lines():
                         out(line)
@@ -372,7 +374,7 @@ def run(deployment: str, params: list[str], timeout_s: int = 3600) -> int:
         print(line, flush=True)
 
     try:
-        final = asyncio.run(follow(flow_run_id, timeout_s=timeout_s, out=out))
+        final = asyncio.run(follow(flow_run_id, timeout_s=timeout_s, out=out, done=lambda: summarised))
     except KeyboardInterrupt:
         print(f"\nstopped following; the run goes on: {url}\ncancel it with `prefect flow-run cancel {flow_run_id}`")
         return 130
