@@ -39,13 +39,13 @@ def test_run_dry_run_prints_the_plan(evalflow: Callable[..., Result]) -> None:
     plan = json.loads(result.stdout)
     assert plan["config"]["sampling"]["temperature"] == 0.6  # the override, after the file
     (counted,) = plan["benchmarks"].values()
-    assert (counted["prompts"], counted["repeats"]) == (20, 4)
+    assert (counted["prompts"], counted["repeats"]) == (12, 4)
     if plan["model"]["cache"] == "hit":  # the converted folder is here: its tokenizer counted every prompt
         assert counted["long_prompts"]["limit"] == 2048 - 256 and 100 < counted["long_prompts"]["longest"] < 400
         assert (counted["long_prompts"]["policy"], counted["long_prompts"]["skipped"]) == ("fail", 0)
     else:  # counted by the run, once the model is converted
         assert counted["long_prompts"] is None
-    assert plan["rollouts"]["total"] == 80
+    assert plan["rollouts"]["total"] == 48
     assert plan["model"]["kind"] == "gguf" and plan["model"]["served_name"]
 
 
