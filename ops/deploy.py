@@ -139,8 +139,9 @@ class _Ahead(threading.Thread):
                 with temporary_settings(updates={PREFECT_API_URL: api_url()}):  # its blocks, as the run reads them
                     planned = plan_run(config)
                 self.outcome += f"; {planned.rollouts.to_generate} of {planned.rollouts.total} rollouts to generate"
-        except (EvalflowError, OSError, ValueError, KeyError, StopIteration) as exc:  # the run does it then
-            self.outcome = f"{self.deployment}: not prepared ahead ({exc}); the run prepares it"
+        except Exception as exc:  # a head start only: whatever failed here, the run does it again and reports it
+            what = str(exc) if isinstance(exc, EvalflowError) else f"{type(exc).__name__}: {exc}"
+            self.outcome = f"{self.deployment}: not prepared ahead ({what}); the run prepares it"
         print(self.outcome, flush=True)
 
 

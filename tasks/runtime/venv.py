@@ -164,8 +164,9 @@ def _install(rt: Runtime, logfile: Path, started: float) -> None:
                 remove = [uv, "pip", "uninstall", "--python", str(rt.python), *CPU_REMOVE]
                 run_logged(remove, logfile, "uv pip uninstall", started, env)
             return
-        except RuntimeSetupError as exc:
-            log.warning("uv could not install the vLLM runtime (%s); pip does it instead", str(exc).splitlines()[0])
+        except RuntimeSetupError as exc:  # the message's last line: the installer's own last word
+            why = str(exc).strip().splitlines()[-1].strip()
+            log.warning("uv could not install the vLLM runtime (%s; log %s); pip does it instead", why, logfile)
     pip = [str(rt.python), "-m", "pip"]
     run_logged([*pip, "install", "--quiet", "--upgrade", "pip"], logfile, "pip install pip", started, env)
     run_logged([*pip, "install", "--quiet", *PACKAGES[rt.flavor]], logfile, "pip install", started, env)

