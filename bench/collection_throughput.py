@@ -77,14 +77,16 @@ class Counter:
         return round(after - before) if before is not None and after is not None else fallback
 
 
-async def raw_client(base_url: str, model: str, jobs: list[tuple[list, int]], concurrency: int, args) -> tuple:
+async def raw_client(
+    base_url: str, model: str, jobs: list[tuple[list, int]], concurrency: int, args, top_p: float = 1.0
+) -> tuple:
     client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", timeout=600, max_retries=0)
     sem = asyncio.Semaphore(concurrency)
 
     async def one(messages: list, seed: int) -> int:
         async with sem:
             r = await client.chat.completions.create(
-                model=model, messages=messages, seed=seed, temperature=args.temperature, top_p=1.0,
+                model=model, messages=messages, seed=seed, temperature=args.temperature, top_p=top_p,
                 max_tokens=args.max_tokens,
             )  # fmt: skip
             return r.usage.completion_tokens

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-import time
 from pathlib import Path
 
-import openai
 import yaml
 
-from bench.collection_throughput import Counter
+from bench.collection_throughput import Counter, raw_client
 from core.config import REPO_ROOT, ModelConfig, ServerConfig
 from envs.datasets import load_rows
 from envs.registry import get_env
@@ -36,20 +34,10 @@ SETTINGS = [("32 in flight, top_p 0.95", 32, 0.95), ("all in flight, top_p 0.95"
             ("all in flight, top_p 1 (the demo)", 0, 1.0)]  # fmt: skip
 
 
-async def collect(base_url: str, model: str, jobs: list[tuple[list, int]], in_flight: int, top_p: float) -> float:
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", timeout=900, max_retries=0)
-    gate = asyncio.Semaphore(in_flight)
-
-    async def one(messages: list, seed: int) -> None:
-        async with gate:
-            await client.chat.completions.create(
-                model=model, messages=messages, seed=seed, temperature=0.7, top_p=top_p, max_tokens=256
-            )
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one(m, s) for m, s in jobs))
-    await client.close()
-    return time.perf_counter() - started
+def collect(base_url: str, model: str, jobs: list[tuple[list, int]], in_flight: int, top_p: float) -> float:
+    """Every job through the benchmarks' raw client (temperature 0.7, 256 tokens): the seconds it took."""
+    sampling = argparse.Namespace(temperature=0.7, max_tokens=256)
+    return asyncio.run(raw_client(base_url, model, jobs, in_flight, sampling, top_p))[0]
 
 
 def main() -> None:
@@ -69,12 +57,12 @@ def main() -> None:
     seconds: dict[str, list[float]] = {}
     rates: dict[str, list[float]] = {}
     try:
-        asyncio.run(collect(base_url, prepared.served_name, jobs[:8], 8, 1.0))  # warm-up
+        collect(base_url, prepared.served_name, jobs[:8], 8, 1.0)  # warm-up
         counter = Counter(base_url)
         for _ in range(args.rounds):
             for label, in_flight, top_p in SETTINGS:
                 before = counter.read()
-                took = asyncio.run(collect(base_url, prepared.served_name, jobs, in_flight or len(jobs), top_p))
+                took = collect(base_url, prepared.served_name, jobs, in_flight or len(jobs), top_p)
                 seconds.setdefault(label, []).append(took)
                 rates.setdefault(label, []).append(counter.delta(before, 0) / took)
                 print(f"{label:<36} {took:8.1f} s {rates[label][-1]:8.1f} tokens/s", flush=True)

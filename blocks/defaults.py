@@ -36,10 +36,15 @@ def store_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return {"url": url, "storage_options": options, **secrets}
 
 
+def default_blocks() -> dict[str, dict[str, dict[str, Any]]]:
+    """blocks/defaults.yaml: {block type slug: {block name: its fields}}."""
+    return yaml.safe_load(DEFAULTS.read_text())
+
+
 def save_defaults(overwrite: bool = False) -> list[str]:
     """Register the types, save each default block that is missing (or all, with overwrite)."""
     saved = []
-    for slug, blocks in yaml.safe_load(DEFAULTS.read_text()).items():
+    for slug, blocks in default_blocks().items():
         block_cls = TYPES[slug]
         sync_call(block_cls.register_type_and_schema)
         for name, fields in blocks.items():

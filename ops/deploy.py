@@ -89,13 +89,11 @@ def deploy(force: bool = False) -> None:
 def _served_runtime(config: EvalConfig) -> str:
     """The runtime flavour a run of `config` will prepare its model for: its server block's, as
     blocks/defaults.yaml saves it (read here, before the blocks are saved), else its own."""
-    import yaml
-
-    from blocks.defaults import DEFAULTS
+    from blocks.defaults import default_blocks
 
     if not config.server.block:
         return config.server.runtime
-    saved = yaml.safe_load(DEFAULTS.read_text()).get("evalflow-vllm-server", {}).get(config.server.block, {})
+    saved = default_blocks().get("evalflow-vllm-server", {}).get(config.server.block, {})
     return saved.get("settings", {}).get("runtime", config.server.runtime)
 
 
