@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_server_block_cannot_nest_blocks() -> None:
         VLLMServerBlock(settings=ServerConfig(block="other"))
 
 
-def test_save_defaults_keeps_existing_blocks(prefect_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_save_defaults_keeps_existing_blocks(defaults_restored: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EVALFLOW_STORE_URL", raising=False)
     save_defaults(overwrite=True)
     qwen = VLLMServerBlock.load("qwen3-4b-h100").settings
@@ -83,7 +84,27 @@ def test_save_defaults_keeps_existing_blocks(prefect_home: Path, monkeypatch: py
     assert VLLMServerBlock.load("cpu-smoke").settings.max_model_len == 1024
 
 
-def test_store_block_from_the_environment(prefect_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def defaults_restored(prefect_home: Path) -> Iterator[None]:
+    """The lane shares one Prefect server: the default blocks a test rewrites are put back afterwards, so no
+    later test loads what it never saved (a store on S3 at a port nothing listens on, a server cut to 1024
+    tokens)."""
+    named = [(RunStoreBlock, "runs"), (VLLMServerBlock, "cpu-smoke"), (VLLMServerBlock, "qwen3-4b-h100")]
+    before: list[tuple[type[RunStoreBlock] | type[VLLMServerBlock], str, RunStoreBlock | VLLMServerBlock | None]] = []
+    for kind, name in named:
+        try:
+            before.append((kind, name, kind.load(name)))
+        except ValueError:  # none saved yet
+            before.append((kind, name, None))
+    yield
+    for kind, name, block in before:
+        if block is None:
+            kind.delete(name)
+        else:
+            block.save(name, overwrite=True)
+
+
+def test_store_block_from_the_environment(defaults_restored: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALFLOW_STORE_URL", "s3://bucket/evals")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIA-env")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-env")
