@@ -48,9 +48,10 @@ class BootstrapInterval(Interval):
 
 class ClusteredInterval(Interval):
     """mean +/- 1.96 x the cluster-robust SE over prompts (Miller 2024); `n` counts prompts, `rollouts`
-    the rollouts. In documents of schema_version 3 and older, ci.accuracy was a Wilson interval."""
+    the rollouts. Where every prompt scored the same rate (the SE is 0), Wilson's interval over the prompts
+    (method `wilson-prompts`). In documents of schema_version 3 and older, ci.accuracy was a Wilson interval."""
 
-    method: str = "clustered-prompts"
+    method: str = "clustered-prompts"  # or "wilson-prompts"
     se: float | None = None
     rollouts: int = 0
 

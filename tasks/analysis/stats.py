@@ -124,11 +124,18 @@ def clustered_interval(
     mean: float | None, se: float | None, clusters: int, rollouts: int, clip: bool
 ) -> ClusteredInterval:
     """mean +/- z * clustered SE (clipped to [0, 1] for a rate), as the metrics document stores it; null
-    bounds with fewer than 2 clusters (the SE is 0 for one cluster, not "no uncertainty")."""
+    bounds with fewer than 2 clusters (the SE is 0 for one cluster, not "no uncertainty").
+
+    A rate whose every prompt scored the same (all wrong, all right) has a clustered SE of 0, and mean +/- 0
+    would claim certainty ("0.0-0.0%" from 12 prompts). The repeats then show nothing beyond one draw per
+    prompt, so the interval is Wilson's over the prompts (`wilson-prompts`: 0 of 12 is 0-24%)."""
+    method = "clustered-prompts"
     if mean is None or se is None or clusters < 2:
         low = high = None
+    elif clip and se <= 0.0:
+        (low, high), method = wilson_interval(mean, clusters), "wilson-prompts"
     else:
         low, high = mean - Z_95 * se, mean + Z_95 * se
         if clip:
             low, high = max(0.0, low), min(1.0, high)
-    return ClusteredInterval(low=low, high=high, n=clusters, rollouts=rollouts, se=se, method="clustered-prompts")
+    return ClusteredInterval(low=low, high=high, n=clusters, rollouts=rollouts, se=se, method=method)

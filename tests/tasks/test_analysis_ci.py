@@ -48,6 +48,25 @@ def test_clustered_ci_is_clipped_and_undefined_for_one_prompt(make_rollout, metr
     assert one["accuracy_stderr"] == pytest.approx(math.sqrt(0.5) / math.sqrt(2))
 
 
+def test_prompts_that_all_agree_get_wilsons_interval_over_the_prompts_not_zero_width(
+    make_rollout, metrics_of, write_batch, local_store
+) -> None:
+    """0 of 48 over 12 prompts (the demo's SmolLM2 on GSM8K): the clustered SE is 0, and mean +/- 0 printed
+    "0.0-0.0%". Every prompt at the same rate shows no more than one draw per prompt: Wilson over the 12."""
+    for oks, rate in (([0, 0, 0, 0], 0.0), ([1, 1, 1, 1], 1.0), ([1, 0, 1, 0], 0.5)):
+        rows = [r for i in range(12) for r in _prompt(make_rollout, f"p{i}", oks)]
+        bm = metrics_of(rows)["benchmarks"]["gsm8k"]
+        ci = bm["ci"]["accuracy"]
+        assert (bm["accuracy"], ci["se"]) == (rate, pytest.approx(0.0))
+        assert (ci["low"], ci["high"]) == pytest.approx(wilson_interval(rate, 12))
+        assert (ci["n"], ci["rollouts"], ci["method"]) == (12, 48, "wilson-prompts")
+    assert wilson_interval(0.0, 12) == (0.0, pytest.approx(0.2425, abs=1e-4))
+    # as the report's headline shows it
+    none_right = [r for i in range(12) for r in _prompt(make_rollout, f"p{i}", [0, 0, 0, 0])]
+    table = headline_table(compute_metrics([write_batch(none_right)], local_store))
+    assert table.rows[0][table.header.index("accuracy 95% CI")] == "0.0–24.2%"
+
+
 def test_maj_at_k_only_where_the_environment_declares_it(make_rollout, write_batch, local_store) -> None:
     assert majority_votes(["gsm8k", "tetris", "unknown-bench"]) == {
         "gsm8k": True,
