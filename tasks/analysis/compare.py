@@ -179,6 +179,12 @@ def accuracy_row(cur: BenchmarkMetrics, base: BenchmarkMetrics, matched: Matched
         method = f"newcombe-rollouts (the {which} has neither a clustered SE nor per-prompt rows)"
         delta_ci = rate_delta(p1, cur.n_rollouts, p0, base.n_rollouts)
         return _row("accuracy", "rate", p1, p0, delta_ci, (cur.n_rollouts, base.n_rollouts), method)
+    if min(n1, n0) >= 2 and 0.0 in (se1, se0):
+        # a run whose every prompt scored the same has a clustered SE of 0, which would count it as exact: both
+        # runs as one draw per prompt instead (Wilson over prompts, as its own interval is; Newcombe's combination)
+        which = " and ".join(name for name, se in (("current run", se1), ("baseline", se0)) if se == 0.0)
+        method = f"newcombe-prompts (the {which} scored the same on every prompt: clustered SE 0)"
+        return _row("accuracy", "rate", p1, p0, rate_delta(p1, n1, p0, n0), (n1, n0), method)
     method = "clustered-prompts"
     redone = [name for name, src in (("current run", src1), ("baseline", src0)) if src == "per_prompt"]
     if redone:

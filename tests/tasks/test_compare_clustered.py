@@ -139,6 +139,22 @@ def test_a_baseline_without_se_or_per_prompt_falls_back_to_newcombe(run_metrics:
     assert acc.method == "newcombe-rollouts (the baseline has neither a clustered SE nor per-prompt rows)"
 
 
+def test_a_run_whose_prompts_all_scored_the_same_is_not_counted_as_exact(
+    run_metrics: Callable[..., RunMetrics],
+) -> None:
+    """Independent runs, the current one right on every repeat of its 10 prompts (clustered SE 0): the delta's
+    interval is Newcombe's over prompts, not the baseline's SE alone as if 100% were known exactly."""
+    cur, base = run_metrics("cur", [REPEATS] * 10), run_metrics("base", [48, 46, 47, 49, 45, 48, 47, 46, 49, 45], "q")
+    assert cur.benchmarks["gsm8k"].ci.accuracy.se == 0.0
+    acc = compare(cur, base).benchmarks["gsm8k"]["accuracy"]
+    assert (acc.delta, acc.low, acc.high) == pytest.approx(rate_delta(1.0, 10, 0.94, 10))
+    assert acc.low is not None and acc.low < 0 < acc.high  # not "significant" on 10 prompts
+    assert acc.method == "newcombe-prompts (the current run scored the same on every prompt: clustered SE 0)"
+    assert acc.n_current == acc.n_baseline == 10
+    clustered_only_base = Z_95 * hand_se([48, 46, 47, 49, 45, 48, 47, 46, 49, 45])
+    assert acc.high - acc.delta > clustered_only_base  # wider than the SE-0 arithmetic would give
+
+
 def test_one_prompt_gives_no_interval(run_metrics: Callable[..., RunMetrics]) -> None:
     """One prompt shows no spread between prompts (its SE is 0): no interval, never flagged, where
     Newcombe over its 50 repeats would flag 10% against 90%."""
