@@ -13,7 +13,7 @@ import pytest
 from prefect.settings import PREFECT_API_URL
 
 from blocks import RunStoreBlock, VLLMServerBlock
-from blocks.defaults import save_defaults
+from blocks.defaults import TYPES, default_blocks, save_defaults
 from core.config import EvalConfig, ServerConfig
 from core.resolve import BlockNotFound, resolve
 
@@ -66,6 +66,26 @@ def test_server_block_cannot_nest_blocks() -> None:
         VLLMServerBlock(settings=ServerConfig(block="other"))
 
 
+@pytest.fixture
+def defaults_restored(prefect_home: Path) -> Iterator[None]:
+    """The lane shares one Prefect server: the default blocks a test rewrites are put back afterwards, so no
+    later test loads what it never saved (a store on S3 at a port nothing listens on, a server cut to 1024
+    tokens)."""
+    before = []
+    for slug, names in default_blocks().items():
+        for name in names:
+            try:
+                before.append((TYPES[slug], name, TYPES[slug].load(name)))
+            except ValueError:  # none saved yet
+                before.append((TYPES[slug], name, None))
+    yield
+    for kind, name, block in before:
+        if block is None:
+            kind.delete(name)
+        else:
+            block.save(name, overwrite=True)
+
+
 def test_save_defaults_keeps_existing_blocks(defaults_restored: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EVALFLOW_STORE_URL", raising=False)
     save_defaults(overwrite=True)
@@ -82,26 +102,6 @@ def test_save_defaults_keeps_existing_blocks(defaults_restored: None, monkeypatc
     edited.save("cpu-smoke", overwrite=True)
     assert "evalflow-vllm-server/cpu-smoke" not in save_defaults()
     assert VLLMServerBlock.load("cpu-smoke").settings.max_model_len == 1024
-
-
-@pytest.fixture
-def defaults_restored(prefect_home: Path) -> Iterator[None]:
-    """The lane shares one Prefect server: the default blocks a test rewrites are put back afterwards, so no
-    later test loads what it never saved (a store on S3 at a port nothing listens on, a server cut to 1024
-    tokens)."""
-    named = [(RunStoreBlock, "runs"), (VLLMServerBlock, "cpu-smoke"), (VLLMServerBlock, "qwen3-4b-h100")]
-    before: list[tuple[type[RunStoreBlock] | type[VLLMServerBlock], str, RunStoreBlock | VLLMServerBlock | None]] = []
-    for kind, name in named:
-        try:
-            before.append((kind, name, kind.load(name)))
-        except ValueError:  # none saved yet
-            before.append((kind, name, None))
-    yield
-    for kind, name, block in before:
-        if block is None:
-            kind.delete(name)
-        else:
-            block.save(name, overwrite=True)
 
 
 def test_store_block_from_the_environment(defaults_restored: None, monkeypatch: pytest.MonkeyPatch) -> None:
